@@ -1,0 +1,462 @@
+"""``tp.Tensor``: our tensor class, holding a ``torch.Tensor`` as storage (chapter §1.1).
+
+ATen (PyTorch's kernel library) is our eager kernel library; everything above the kernels —
+op table, autograd, modules, the compiler — is TensorPlay's.  A ``tp.Tensor`` is *not* a
+``torch.Tensor`` subclass: it owns one in ``_data`` and adds autograd metadata.
+
+Guarantees:
+
+* metadata (``shape``, ``dtype``, ``device``, ``stride()``, ``storage_offset()``) is that of
+  ``_data``; ``from_torch`` / ``Tensor.torch()`` / DLPack / ``numpy()`` share memory (zero copy);
+* ``_version`` is the storage tensor's version counter: shared by views, bumped by every in-place
+  op, read by autograd (saved-tensor check) and by the compiler's first-level entry (§2.4);
+* every method that computes something is generated from the op table
+  (:mod:`tensorplay.ops`) and attached in ``tensorplay.ops.__init__``; this file holds only
+  metadata, conversions and autograd entry points.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+__all__ = ["Tensor", "from_torch", "from_numpy", "from_dlpack"]
+
+
+class Tensor:
+    # Class-level defaults keep construction to a single attribute store (see _wrap).
+    requires_grad = False
+    grad_fn = None
+    _output_nr = 0
+    _grad = None
+    _base = None           # for views: the tensor whose storage this one views
+    _view_replay = None    # for views: callable base -> this view (for in-place on views)
+    _fw_grad = None        # forward-mode tangent (dual number part)
+    _hooks = None
+    _retains_grad = False
+    _accumulate = None     # the AccumulateGrad node of a leaf
+    _tp_name = None
+
+    __array_priority__ = 1000  # so numpy scalars defer to our operators
+
+    def __init__(self, data=None, *, dtype=None, device=None, requires_grad=False):
+        if isinstance(data, Tensor):
+            data = data._data
+        if isinstance(data, torch.Tensor):
+            d = data
+            if dtype is not None or device is not None:
+                d = d.to(dtype=dtype, device=device)
+        elif data is None:
+            d = torch.empty(0, dtype=dtype or torch.get_default_dtype(), device=device)
+        else:
+            d = torch.as_tensor(np.asarray(data) if not isinstance(data, (list, tuple, numbers.Number)) else data,
+                                dtype=dtype, device=device)
+        if d.requires_grad:
+            d = d.detach()
+        self._data = d
+        if requires_grad:
+            self.requires_grad_(True)
+
+    # ---- metadata ---------------------------------------------------------------------------
+    @property
+    def shape(self) -> torch.Size:
+        return self._data.shape
+
+    def size(self, dim=None):
+        if dim is None:
+            return self._data.shape
+        return self._data.size(dim)
+
+    @property
+    def dtype(self):
+        return self._data.dtype
+
+    @property
+    def device(self):
+        return self._data.device
+
+    @property
+    def ndim(self) -> int:
+        return self._data.dim()
+
+    def dim(self) -> int:
+        return self._data.dim()
+
+    ndimension = dim
+
+    def numel(self) -> int:
+        return self._data.numel()
+
+    nelement = numel
+
+    def element_size(self) -> int:
+        return self._data.element_size()
+
+    @property
+    def itemsize(self) -> int:
+        return self._data.element_size()
+
+    @property
+    def nbytes(self) -> int:
+        return self._data.nbytes
+
+    def stride(self, dim=None):
+        return self._data.stride() if dim is None else self._data.stride(dim)
+
+    def storage_offset(self) -> int:
+        return self._data.storage_offset()
+
+    def is_contiguous(self, memory_format=torch.contiguous_format) -> bool:
+        return self._data.is_contiguous(memory_format=memory_format)
+
+    def data_ptr(self) -> int:
+        return self._data.data_ptr()
+
+    @property
+    def is_cuda(self) -> bool:
+        return self._data.is_cuda
+
+    @property
+    def is_floating_point_(self):
+        return self._data.is_floating_point()
+
+    def is_floating_point(self) -> bool:
+        return self._data.is_floating_point()
+
+    def is_complex(self) -> bool:
+        return self._data.is_complex()
+
+    def get_device(self) -> int:
+        return self._data.get_device()
+
+    @property
+    def _version(self) -> int:
+        return self._data._version
+
+    @property
+    def is_leaf(self) -> bool:
+        return self.grad_fn is None
+
+    @property
+    def grad(self):
+        return self._grad
+
+    @grad.setter
+    def grad(self, value):
+        if value is not None:
+            if not isinstance(value, Tensor):
+                raise TypeError(f"Tensor.grad: expected a Tensor or None, got {type(value).__name__}")
+            if value.shape != self.shape:
+                raise RuntimeError(f"Tensor.grad: assigned grad has shape {list(value.shape)}, "
+                                   f"but the tensor has shape {list(self.shape)}")
+        self._grad = value
+
+    @property
+    def data(self) -> "Tensor":
+        return _wrap(self._data)
+
+    @data.setter
+    def data(self, value):
+        self._data = value._data if isinstance(value, Tensor) else torch.as_tensor(value)
+
+    @property
+    def _is_view(self) -> bool:
+        return self._base is not None
+
+    def _is_view_(self):
+        return self._base is not None
+
+    # ---- conversions ------------------------------------------------------------------------
+    def torch(self) -> torch.Tensor:
+        """The storage tensor itself (zero copy)."""
+        return self._data
+
+    def numpy(self, *, force: bool = False):
+        if self.requires_grad and not force:
+            raise RuntimeError("Tensor.numpy(): can't call numpy() on a Tensor that requires grad; "
+                               "use tensor.detach().numpy()")
+        d = self._data
+        if force:
+            d = d.detach().cpu()
+            if d.dtype in (torch.bfloat16,):
+                d = d.float()
+        return d.numpy()
+
+    def __array__(self, dtype=None, copy=None):
+        a = self._data.detach().cpu().numpy()
+        return a.astype(dtype) if dtype is not None else a
+
+    def item(self):
+        if self._data.numel() != 1:
+            raise RuntimeError(f"Tensor.item(): a Tensor with {self._data.numel()} elements "
+                               f"(shape {list(self.shape)}) cannot be converted to a Python scalar")
+        return self._data.item()
+
+    def tolist(self):
+        return self._data.tolist()
+
+    def __dlpack__(self, *args, **kwargs):
+        return self._data.__dlpack__(*args, **kwargs)
+
+    def __dlpack_device__(self):
+        return self._data.__dlpack_device__()
+
+    def __bool__(self):
+        if self._data.numel() != 1:
+            raise RuntimeError(f"bool(Tensor): a Tensor with {self._data.numel()} elements (shape "
+                               f"{list(self.shape)}) is ambiguous; use .any() or .all()")
+        return bool(self._data)
+
+    def __int__(self):
+        return int(self.item())
+
+    def __float__(self):
+        return float(self.item())
+
+    def __complex__(self):
+        return complex(self.item())
+
+    def __index__(self):
+        if self._data.dtype.is_floating_point or self._data.numel() != 1:
+            raise TypeError(f"only integer Tensors of a single element can be converted to an index "
+                            f"(got {self._data.dtype} of shape {list(self.shape)})")
+        return int(self._data.item())
+
+    def __len__(self):
+        if self._data.dim() == 0:
+            raise TypeError("len() of a 0-d tensor")
+        return self._data.shape[0]
+
+    def __iter__(self):
+        if self._data.dim() == 0:
+            raise TypeError("iteration over a 0-d tensor")
+        return iter(self.unbind(0))
+
+    def __hash__(self):
+        return id(self)
+
+    def __contains__(self, element):
+        return bool((self == element).any().item())
+
+    def __reversed__(self):
+        return self.flip(0)
+
+    def __format__(self, spec):
+        if self._data.dim() == 0:
+            return self._data.item().__format__(spec)
+        return object.__format__(self, spec)
+
+    def __repr__(self):
+        r = repr(self._data)
+        if self.grad_fn is not None:
+            r = r[:-1] + f", grad_fn=<{self.grad_fn.name()}>)"
+        elif self.requires_grad:
+            r = r[:-1] + ", requires_grad=True)"
+        return r
+
+    def __reduce_ex__(self, proto):
+        return (_rebuild, (self._data.detach(), self.requires_grad))
+
+    def __deepcopy__(self, memo):
+        if not self.is_leaf:
+            raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support "
+                               "the deepcopy protocol")
+        new = type(self).__new__(type(self))
+        new.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("requires_grad",)})
+        new._data = self._data.clone()
+        if self._grad is not None:
+            new._grad = self._grad.__deepcopy__(memo)
+        for k, v in self.__dict__.items():
+            if k not in ("_data", "_grad", "requires_grad", "_accumulate", "_hooks", "grad_fn"):
+                new.__dict__[k] = v
+        memo[id(self)] = new
+        return new
+
+    # ---- device / dtype moves ---------------------------------------------------------------
+    def to(self, *args, **kwargs):
+        """``to(dtype)``, ``to(device)``, ``to(device, dtype)``, ``to(other)``; returns ``self``
+        when nothing changes and ``copy`` is False (PyTorch semantics)."""
+        dtype = kwargs.pop("dtype", None)
+        device = kwargs.pop("device", None)
+        copy = kwargs.pop("copy", False)
+        non_blocking = kwargs.pop("non_blocking", False)
+        kwargs.pop("memory_format", None)
+        if kwargs:
+            raise TypeError(f"Tensor.to(): unexpected keyword arguments {sorted(kwargs)}")
+        for a in args:
+            if isinstance(a, torch.dtype):
+                dtype = a
+            elif isinstance(a, (str, torch.device)):
+                device = torch.device(a)
+            elif isinstance(a, Tensor):
+                dtype, device = a.dtype, a.device
+            elif isinstance(a, bool):
+                non_blocking = a
+            else:
+                raise TypeError(f"Tensor.to(): cannot interpret argument {a!r}")
+        if device is not None:
+            device = torch.device(device)
+            if device.type == "cuda" and device.index is None:
+                device = torch.device("cuda", torch.cuda.current_device() if torch.cuda.is_available() else 0)
+        same_dtype = dtype is None or dtype == self.dtype
+        same_dev = device is None or device == self.device
+        if same_dtype and same_dev and not copy:
+            return self
+        from .ops import _to_copy
+        return _to_copy(self, dtype=dtype, device=device, non_blocking=non_blocking)
+
+    def cuda(self, device=None, non_blocking=False):
+        return self.to(torch.device("cuda" if device is None else (f"cuda:{device}" if isinstance(device, int) else device)),
+                       non_blocking=non_blocking)
+
+    def cpu(self):
+        return self.to("cpu")
+
+    def type(self, dtype=None):
+        if dtype is None:
+            return str(self.dtype)
+        return self.to(dtype)
+
+    def float(self):
+        return self.to(torch.float32)
+
+    def double(self):
+        return self.to(torch.float64)
+
+    def half(self):
+        return self.to(torch.float16)
+
+    def bfloat16(self):
+        return self.to(torch.bfloat16)
+
+    def int(self):
+        return self.to(torch.int32)
+
+    def long(self):
+        return self.to(torch.int64)
+
+    def short(self):
+        return self.to(torch.int16)
+
+    def char(self):
+        return self.to(torch.int8)
+
+    def byte(self):
+        return self.to(torch.uint8)
+
+    def bool(self):
+        return self.to(torch.bool)
+
+    def type_as(self, other):
+        return self.to(other.dtype)
+
+    # ---- autograd entry points --------------------------------------------------------------
+    def detach(self) -> "Tensor":
+        """A new tensor sharing storage (and version counter), cut from the graph."""
+        return _wrap(self._data)
+
+    def detach_(self) -> "Tensor":
+        if self._base is not None and self._base.requires_grad:
+            raise RuntimeError("detach_(): can't detach a view of a tensor that requires grad in place; use detach()")
+        self.grad_fn = None
+        self.requires_grad = False
+        self._output_nr = 0
+        return self
+
+    def requires_grad_(self, requires_grad: bool = True) -> "Tensor":
+        if not self.is_leaf:
+            if requires_grad:
+                return self
+            raise RuntimeError("requires_grad_(False): you can only change requires_grad flags of leaf "
+                               "tensors; use detach() for a non-leaf")
+        if requires_grad and not (self._data.is_floating_point() or self._data.is_complex()):
+            raise RuntimeError(f"requires_grad_(): only Tensors of floating point or complex dtype can "
+                               f"require gradients (got {self.dtype})")
+        self.requires_grad = bool(requires_grad)
+        return self
+
+    def retain_grad(self):
+        if not self.requires_grad:
+            raise RuntimeError("retain_grad(): can't retain_grad on a Tensor that has requires_grad=False")
+        if self.is_leaf:
+            return
+        self._retains_grad = True
+        from .autograd.graph import add_retain_hook
+        add_retain_hook(self)
+
+    @property
+    def retains_grad(self) -> bool:
+        return self._retains_grad
+
+    def register_hook(self, hook):
+        """``hook(grad) -> Tensor or None``: runs when the gradient w.r.t. this tensor is computed;
+        a returned tensor replaces the gradient.  Returns a handle with ``remove()``."""
+        if not self.requires_grad:
+            raise RuntimeError("register_hook(): cannot register a hook on a tensor that doesn't require gradient")
+        from .autograd.graph import register_tensor_hook
+        return register_tensor_hook(self, hook)
+
+    def backward(self, gradient=None, retain_graph=None, create_graph=False, inputs=None):
+        from .autograd.engine import backward
+        backward(self, gradient, retain_graph=retain_graph, create_graph=create_graph, inputs=inputs)
+
+    # ---- small conveniences that are not ops ------------------------------------------------
+    def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
+        return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+        from .ops import zeros
+        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+        from .ops import ones
+        return ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+        from .ops import empty
+        return empty(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+        from .ops import full
+        return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
+                    requires_grad=requires_grad)
+
+    def dim_order(self):
+        return self._data.dim_order()
+
+
+_new = object.__new__
+
+
+def _wrap(d: torch.Tensor) -> Tensor:
+    """Wrap a torch tensor without copying (the hot path: one attribute store)."""
+    t = _new(Tensor)
+    t._data = d
+    return t
+
+
+def _rebuild(data, requires_grad):
+    t = _wrap(data)
+    if requires_grad:
+        t.requires_grad = True
+    return t
+
+
+def from_torch(t: torch.Tensor) -> Tensor:
+    """Zero-copy: the tp.Tensor shares memory and version counter with ``t``."""
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"tp.from_torch: expected a torch.Tensor, got {type(t).__name__}")
+    return _wrap(t.detach())
+
+
+def from_numpy(a) -> Tensor:
+    if not isinstance(a, np.ndarray):
+        raise TypeError(f"tp.from_numpy: expected a numpy.ndarray, got {type(a).__name__}")
+    return _wrap(torch.from_numpy(a))
+
+
+def from_dlpack(obj) -> Tensor:
+    if isinstance(obj, Tensor):
+        obj = obj._data
+    return _wrap(torch.from_dlpack(obj))

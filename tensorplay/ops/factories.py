@@ -1,0 +1,220 @@
+"""Factories: tensors made from sizes, data or random draws (chapter §1.1).
+
+Ops with no tensor inputs (``zeros``, ``rand``...) are table entries tagged ``factory`` (and
+``random``), so the tracer and the compiler see them; the Python wrappers below accept
+``zeros(2, 3)`` as well as ``zeros((2, 3))`` and the ``dtype``/``device``/``requires_grad`` keywords.
+``tensor``/``as_tensor`` build from Python data and are not ops (their input is not a tensor).
+RNG: the global ATen generator; ``manual_seed`` seeds it.
+"""
+from __future__ import annotations
+
+import numbers
+
+import numpy as np
+import torch
+
+from .._tensor import Tensor, _wrap
+from .registry import register
+
+__all__ = ["tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "eye", "rand", "randn",
+           "randint", "randperm", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
+           "randint_like", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "scalar_tensor"]
+
+F = ("factory",)
+R = ("factory", "random", "nondeterministic")
+_KW = "*, ScalarType? dtype=None, Device? device=None"
+
+register(f"_zeros(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.zeros(size, dtype=dtype, device=device),
+         tags=F, method=False)
+register(f"_ones(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.ones(size, dtype=dtype, device=device),
+         tags=F, method=False)
+register(f"_empty(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.empty(size, dtype=dtype, device=device),
+         tags=F, method=False)
+register(f"_full(int[] size, Scalar fill_value, {_KW}) -> Tensor",
+         lambda size, fill_value, dtype, device: torch.full(size, fill_value, dtype=dtype, device=device), tags=F, method=False)
+register(f"_arange(Scalar start, Scalar end, Scalar step=1, {_KW}) -> Tensor",
+         lambda start, end, step, dtype, device: torch.arange(start, end, step, dtype=dtype, device=device), tags=F,
+         method=False)
+register(f"_linspace(Scalar start, Scalar end, int steps, {_KW}) -> Tensor",
+         lambda start, end, steps, dtype, device: torch.linspace(start, end, steps, dtype=dtype, device=device),
+         tags=F, method=False)
+register(f"_eye(int n, int? m=None, {_KW}) -> Tensor",
+         lambda n, m, dtype, device: torch.eye(n, n if m is None else m, dtype=dtype, device=device), tags=F, method=False)
+register(f"_rand(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.rand(size, dtype=dtype, device=device),
+         tags=R, method=False)
+register(f"_randn(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.randn(size, dtype=dtype, device=device),
+         tags=R, method=False)
+register(f"_randint(int low, int high, int[] size, {_KW}) -> Tensor",
+         lambda low, high, size, dtype, device: torch.randint(low, high, size, dtype=dtype or torch.int64, device=device),
+         tags=R, method=False)
+register(f"_randperm(int n, {_KW}) -> Tensor",
+         lambda n, dtype, device: torch.randperm(n, dtype=dtype or torch.int64, device=device), tags=R, method=False)
+
+
+def _size(size, who):
+    if len(size) == 1 and isinstance(size[0], (tuple, list, torch.Size)):
+        size = tuple(size[0])
+    out = []
+    for s in size:
+        if isinstance(s, Tensor):
+            s = int(s.item())
+        if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
+            raise TypeError(f"tp.{who}: sizes must be integers, got {size!r}")
+        if s < 0:
+            raise RuntimeError(f"tp.{who}: negative dimension {s} in size {list(size)}")
+        out.append(int(s))
+    return tuple(out)
+
+
+def _finish(t, requires_grad):
+    if requires_grad:
+        t.requires_grad_(True)
+    return t
+
+
+def _mk(opname, who):
+    from .registry import OPS
+    fn = OPS[opname].fn
+
+    def f(*size, dtype=None, device=None, requires_grad=False, out=None):
+        return _finish(fn(_size(size, who), dtype=dtype, device=device), requires_grad)
+    f.__name__ = who
+    f.__doc__ = f"tp.{who}(*size, dtype=None, device=None, requires_grad=False)"
+    return f
+
+
+zeros = _mk("_zeros", "zeros")
+ones = _mk("_ones", "ones")
+empty = _mk("_empty", "empty")
+rand = _mk("_rand", "rand")
+randn = _mk("_randn", "randn")
+
+
+def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
+    from .registry import OPS
+    if isinstance(fill_value, Tensor):
+        fill_value = fill_value.item()
+    return _finish(OPS["_full"].fn(_size((size,), "full"), fill_value, dtype=dtype, device=device), requires_grad)
+
+
+def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=False):
+    from .registry import OPS
+    if end is None:
+        start, end = 0, start
+    if step == 0:
+        raise RuntimeError("tp.arange: step must be nonzero")
+    return _finish(OPS["_arange"].fn(start, end, step, dtype=dtype, device=device), requires_grad)
+
+
+def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
+    from .registry import OPS
+    if steps < 0:
+        raise RuntimeError(f"tp.linspace: number of steps must be non-negative, got {steps}")
+    return _finish(OPS["_linspace"].fn(start, end, steps, dtype=dtype, device=device), requires_grad)
+
+
+def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
+    from .registry import OPS
+    return _finish(OPS["_eye"].fn(n, m, dtype=dtype, device=device), requires_grad)
+
+
+def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad=False, generator=None):
+    from .registry import OPS
+    if high is None:
+        low, high = 0, low
+    if size is None:
+        raise TypeError("tp.randint: missing required argument 'size'")
+    if high <= low:
+        raise RuntimeError(f"tp.randint: expected low < high, got low={low}, high={high}")
+    return OPS["_randint"].fn(low, high, _size((size,), "randint"), dtype=dtype, device=device)
+
+
+def randperm(n, *, dtype=None, device=None, requires_grad=False):
+    from .registry import OPS
+    if n < 0:
+        raise RuntimeError(f"tp.randperm: n must be non-negative, got {n}")
+    return OPS["_randperm"].fn(n, dtype=dtype, device=device)
+
+
+def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return zeros(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+
+
+def ones_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+
+
+def empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return empty(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+
+
+def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return full(input.shape, fill_value, dtype=dtype or input.dtype, device=device or input.device,
+                requires_grad=requires_grad)
+
+
+def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+
+
+def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+
+
+def randint_like(input, low, high=None, *, dtype=None, device=None):
+    return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
+
+
+def _infer(data):
+    if isinstance(data, Tensor):
+        return data._data
+    if isinstance(data, (list, tuple)) and any(isinstance(x, Tensor) for x in data):
+        return [_infer(x) if not isinstance(x, Tensor) else x._data.tolist() for x in data]
+    return data
+
+
+def tensor(data, *, dtype=None, device=None, requires_grad=False, pin_memory=False):
+    """Copy ``data`` (nested lists, numbers, numpy arrays, Tensors) into a new tensor."""
+    if isinstance(data, Tensor):
+        d = data._data.detach().clone().to(dtype=dtype or data.dtype, device=device or data.device)
+    elif isinstance(data, np.ndarray):
+        d = torch.tensor(data, dtype=dtype, device=device)
+    else:
+        try:
+            d = torch.tensor(_infer(data), dtype=dtype, device=device)
+        except (TypeError, ValueError, RuntimeError) as e:
+            raise type(e)(f"tp.tensor: cannot build a tensor from {type(data).__name__}: {e}") from e
+    return _finish(_wrap(d), requires_grad)
+
+
+def as_tensor(data, dtype=None, device=None):
+    """Like ``tensor`` but shares memory with ``data`` when it already is a tensor / array of the
+    requested dtype and device."""
+    if isinstance(data, Tensor):
+        return data.to(dtype=dtype, device=device) if (dtype or device) else data
+    return _wrap(torch.as_tensor(data, dtype=dtype, device=device))
+
+
+def scalar_tensor(s, *, dtype=None, device=None):
+    return _wrap(torch.scalar_tensor(s, dtype=dtype or torch.get_default_dtype(), device=device))
+
+
+def manual_seed(seed: int):
+    torch.manual_seed(seed)
+    return seed
+
+
+def seed():
+    return torch.seed()
+
+
+def initial_seed():
+    return torch.initial_seed()
+
+
+def get_rng_state():
+    return _wrap(torch.get_rng_state())
+
+
+def set_rng_state(state):
+    torch.set_rng_state(state._data if isinstance(state, Tensor) else state)

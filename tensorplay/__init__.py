@@ -12,6 +12,7 @@ from ._tensor import Tensor, from_dlpack, from_numpy, from_torch
 from . import autograd
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
+from . import func, testing
 from .ops import *  # noqa: F401,F403  (free functions generated from the op table)
 
 # dtypes and devices are ATen's (our kernels are ATen's); re-exported under tp.

@@ -31,7 +31,7 @@ class Tensor:
     _output_nr = 0
     _grad = None
     _base = None           # for views: the tensor whose storage this one views
-    _view_replay = None    # for views: callable base -> this view (for in-place on views)
+    _view_src = None       # for views: (input, op, other args, output index) that made this view
     _fw_grad = None        # forward-mode tangent (dual number part)
     _hooks = None
     _retains_grad = False

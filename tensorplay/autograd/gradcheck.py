@@ -125,8 +125,9 @@ def gradgradcheck(fn, inputs, grad_outputs=None, *, eps=1e-6, atol=1e-5, rtol=1e
 
     def vjp_fn(*args):
         ins, gos = args[:n_in], args[n_in:]
-        os_ = _outputs(fn, ins)
-        gs = _grad(os_, [ins[i] for i in diff_idx], list(gos), create_graph=True, allow_unused=True)
+        with grad_mode.enable_grad():
+            os_ = _outputs(fn, ins)
+            gs = _grad(os_, [ins[i] for i in diff_idx], list(gos), create_graph=True, allow_unused=True)
         return tuple(g for g in gs if g is not None)
 
     return gradcheck(vjp_fn, tuple(inputs) + tuple(grad_outputs), eps=eps, atol=atol, rtol=rtol,

@@ -355,24 +355,34 @@ def check_inplace(op, args, record):
 
 
 def mark_views(op, args, outs):
+    """Remember how each output of a view op was made from its input (for CopySlices).
+    Only a tuple is stored here; the replay function is built when an in-place op needs it."""
     inp = args[0]
     base = inp._base if inp._base is not None else inp
-    prev = inp._view_replay
-    fn = op
     rest = args[1:]
     multi = len(outs) > 1 or op.schema.returns_list
     for i, o in enumerate(outs):
-        d = o._data
-        if not d._is_view():
-            continue
-        o._base = base
-        if multi:
-            if prev is None:
-                o._view_replay = (lambda b, _i=i: fn(b, *rest)[_i])
-            else:
-                o._view_replay = (lambda b, _i=i, _p=prev: fn(_p(b), *rest)[_i])
-        else:
-            o._view_replay = (lambda b: fn(b, *rest)) if prev is None else (lambda b, _p=prev: fn(_p(b), *rest))
+        if o._data._is_view():
+            o._base = base
+            o._view_src = (inp, op, rest, i if multi else None)
+
+
+def view_replay(view):
+    """A function ``base -> view`` replaying the chain of view ops from the base."""
+    chain = []
+    t = view
+    while t._view_src is not None:
+        parent, op, rest, i = t._view_src
+        chain.append((op, rest, i))
+        t = parent
+    chain.reverse()
+
+    def replay(b):
+        for op, rest, i in chain:
+            r = op(b, *rest)
+            b = r if i is None else r[i]
+        return b
+    return replay
 
 
 def record_op(op, args, outs, saved_self=None):
@@ -439,12 +449,13 @@ def _rebase_view(node, view):
     base = view._base
     bd = base._data
     base_edge = edge_of(base)
-    cs = CopySlices(node, base_edge, view._view_replay, (bd.shape, bd.dtype, bd.device))
+    replay = view_replay(view)
+    cs = CopySlices(node, base_edge, replay, (bd.shape, bd.dtype, bd.device))
     base.grad_fn = cs
     base._output_nr = 0
     base.requires_grad = True
     with grad_mode.enable_grad():
-        nv = view._view_replay(base)
+        nv = replay(base)
     view.grad_fn = nv.grad_fn
     view._output_nr = nv._output_nr
     view.requires_grad = True

@@ -184,6 +184,7 @@ def register(schema: str, eager: Callable | str | None = None, *, backward=None,
     if s.returns_tuple and all(n for _, n in s.returns):
         op.returns_named = collections.namedtuple(f"{s.name}_return", [n for _, n in s.returns])
     op._argidx = {a.name: i for i, a in enumerate(s.args)}
+    op._is_view = "view" in tags
     op._tensorish = tuple(sorted(s.tensor_pos + s.list_pos))
     op.fn = _make_function(op)
     OPS[s.name] = op
@@ -236,6 +237,7 @@ def _make_function(op: OpDef) -> Callable:
 # ---------------------------------------------------------------------------------------------
 from .._tensor import Tensor, _wrap  # noqa: E402  (Tensor needs nothing from here at import)
 from ..autograd import grad_mode as _gm  # noqa: E402
+from ..autograd.graph import check_inplace, mark_views, record_op  # noqa: E402
 
 _grad_state = _gm._state
 _fw_state = _gm._fw_state
@@ -342,7 +344,6 @@ def call(op: OpDef, args: tuple):
     record = req and _grad_state.enabled and op.differentiable
     mp = s.mutated_pos
     if mp is not None and _grad_state.enabled:
-        from ..autograd.graph import check_inplace
         saved_self = check_inplace(op, args, record)
     else:
         saved_self = None
@@ -368,11 +369,9 @@ def call(op: OpDef, args: tuple):
         result = op.returns_named(*outs) if op.returns_named else outs
     else:  # non-tensor result (e.g. a Python number)
         return out
-    if "view" in op.tags:
-        from ..autograd.graph import mark_views
+    if op._is_view:
         mark_views(op, args, outs)
     if record:
-        from ..autograd.graph import record_op
         record_op(op, args, outs, saved_self)
     if _fw_state.level and not ("nondifferentiable" in op.tags):
         from ..autograd.forward_ad import propagate

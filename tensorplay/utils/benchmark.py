@@ -1,0 +1,128 @@
+"""Timing statistics as chapter §13.1 prescribes.
+
+Model (Def. 13.1): a reading is ``T = t0 + eps`` with non-negative noise, so
+
+* the **minimum** of n readings estimates what the machine can do (Prop. 13.1) — use it for
+  capability parameters (bandwidth, FLOP/s);
+* the **median** describes what usually happens — use it to compare two ways of running;
+* the median has a distribution-free confidence interval (Prop. 13.2): with order statistics
+  X(1) <= ... <= X(n), ``P[X(j) <= m < X(k)] = sum_{i=j}^{k-1} C(n,i) 2^-n``; for n = 15,
+  (j, k) = (4, 12) covers 96.5 %.
+
+``compare`` times several callables *interleaved* (A, B, C, A, B, C, ...) in one run, so slow drifts
+of the shared machine hit all of them alike; compare ratios only within one run.
+Speed-up decomposition (Prop. 13.3): ``S = rho * beta_c / beta_e`` where rho is the model byte ratio
+and beta the effective bandwidths (bytes moved by the model / time).
+"""
+from __future__ import annotations
+
+import math
+import platform
+import time
+from dataclasses import dataclass
+
+__all__ = ["Stats", "median_ci", "time_fn", "compare", "speedup_decomposition", "machine_description", "format_table"]
+
+
+def median_ci(sorted_xs, confidence=0.95):
+    """Smallest symmetric order-statistic interval (X(j), X(k)) covering the median with at least
+    ``confidence`` (Prop. 13.2).  Returns (lo, hi, coverage)."""
+    n = len(sorted_xs)
+    if n == 0:
+        raise ValueError("median_ci: no readings")
+    best = (sorted_xs[0], sorted_xs[-1], 1 - 2 * 0.5 ** n)
+    for j in range(1, n // 2 + 1):
+        k = n + 1 - j
+        cov = sum(math.comb(n, i) for i in range(j, k)) / 2 ** n
+        if cov >= confidence:
+            best = (sorted_xs[j - 1], sorted_xs[k - 1], cov)
+        else:
+            break
+    return best
+
+
+@dataclass
+class Stats:
+    name: str
+    times: list  # seconds
+
+    @property
+    def sorted(self):
+        return sorted(self.times)
+
+    @property
+    def median(self):
+        s = self.sorted
+        n = len(s)
+        return s[n // 2] if n % 2 else 0.5 * (s[n // 2 - 1] + s[n // 2])
+
+    @property
+    def min(self):
+        return min(self.times)
+
+    @property
+    def ci(self):
+        return median_ci(self.sorted)
+
+
+def _sync(sync):
+    if sync:
+        sync()
+
+
+def time_fn(fn, *, number=1, sync=None):
+    _sync(sync)
+    t0 = time.perf_counter()
+    for _ in range(number):
+        fn()
+    _sync(sync)
+    return (time.perf_counter() - t0) / number
+
+
+def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None) -> dict:
+    """Time each callable ``repeats`` times, interleaved round-robin, after ``warmup`` calls each.
+    ``number`` calls are averaged inside one reading (for microsecond-scale functions)."""
+    for _ in range(warmup):
+        for f in fns.values():
+            f()
+    res = {k: Stats(k, []) for k in fns}
+    for _ in range(repeats):
+        for k, f in fns.items():
+            res[k].times.append(time_fn(f, number=number, sync=sync))
+    return res
+
+
+def speedup_decomposition(t_eager, t_compiled, bytes_eager, bytes_compiled):
+    """Prop. 13.3: S = t_e / t_c = rho * beta_c / beta_e with rho = bytes_e / bytes_c and
+    beta = bytes / time."""
+    rho = bytes_eager / bytes_compiled
+    be = bytes_eager / t_eager
+    bc = bytes_compiled / t_compiled
+    return {"S": t_eager / t_compiled, "rho": rho, "beta_e": be, "beta_c": bc}
+
+
+def machine_description() -> str:
+    import torch
+    cpu = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as f:
+            info = f.read()
+        for line in info.splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+        flags = next((ln for ln in info.splitlines() if ln.startswith("flags")), "")
+        isa = "avx512f" if "avx512f" in flags else ("avx2" if "avx2" in flags else "sse")
+    except OSError:
+        isa = "?"
+    import os
+    return (f"{cpu}, {os.cpu_count()} logical cores, ISA {isa}, torch {torch.__version__} "
+            f"({torch.get_num_threads()} threads), Python {platform.python_version()}")
+
+
+def format_table(rows, headers) -> str:
+    widths = [max(len(str(h)), *(len(str(r[i])) for r in rows)) for i, h in enumerate(headers)]
+    line = "| " + " | ".join(str(h).ljust(w) for h, w in zip(headers, widths)) + " |"
+    sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
+    body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
+    return "\n".join([line, sep] + body)

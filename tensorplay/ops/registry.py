@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import collections
 import functools
+import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -93,6 +94,16 @@ OPS: dict[str, OpDef] = {}
 #: Callbacks ``f(op, args, result)`` run after every eager op call (tests check meta functions
 #: with it; the profiler records ops with it).  Empty in normal use: one truthiness test per call.
 observers: list = []
+
+
+def _log_op(op, args, outs):
+    import sys
+    shapes = ", ".join(_fmt_t(o) for o in outs if isinstance(o, Tensor))
+    print(f"[tp op] {op.name}({describe_args(op, args)}) -> {shapes}", file=sys.stderr)
+
+
+if os.environ.get("TP_LOG_OPS", "") not in ("", "0"):
+    observers.append(_log_op)  # TP_LOG_OPS=1: print every eager op call (debugging aid)
 
 
 def get(name: str) -> OpDef:

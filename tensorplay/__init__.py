@@ -13,6 +13,8 @@ from . import autograd
 from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set_grad_enabled
 from . import ops
 from . import func, testing
+from . import compiler
+from .compiler import compile
 from .ops import *  # noqa: F401,F403  (free functions generated from the op table)
 
 # dtypes and devices are ATen's (our kernels are ATen's); re-exported under tp.
@@ -61,3 +63,7 @@ def get_num_threads() -> "int":
 
 
 __version__ = "0.1.0"
+
+# nn / optim / data / checkpoints (imported last: they build on everything above)
+from . import nn, optim, utils  # noqa: E402
+from .serialization import load, save  # noqa: E402

@@ -1,0 +1,22 @@
+"""Stax: TensorPlay's compiler (``tp.compile``), following fig. 11.1 of the chapter.
+
+Read in pipeline order:
+  api.py                  tp.compile, first-level entry, specialization cache, staged Lowered/Compiled
+  capture/proxy.py        proxies with sample values; data gates
+  capture/tracer.py       capture: running the function on proxies records the graph
+  capture/gates.py        guard-replay subgraphs of data gates (extracted before DCE)
+  specialize/key.py       the specialization key
+  specialize/guards.py    guards generated from the key
+  graph/                  the graph IR (Node, Graph, GraphModule, Interpreter)
+  passes/                 functionalisation and the rewrite passes to a fixed point
+  backends/               registry; eager (op by op); stax (fused kernels, later issues)
+  cost.py                 FLOPs and model bytes
+"""
+from .api import (BackendCompilerError, Compiled, CompiledFunction, GuardError, Lowered, RecompileLimitError,
+                  compile, explain, list_mode_options, reset)
+from .backends.registry import list_backends, lookup_backend, register_backend
+from .capture.proxy import CaptureError
+
+__all__ = ["compile", "explain", "reset", "list_backends", "register_backend", "lookup_backend", "list_mode_options",
+           "CaptureError", "GuardError", "RecompileLimitError", "BackendCompilerError", "CompiledFunction", "Lowered",
+           "Compiled"]

@@ -1,0 +1,445 @@
+"""``tp.compile`` and the staged API (chapter §2, §11.3–11.6; seed 001 §2).
+
+The path of one call of a compiled function (fig. 11.1):
+
+1. **first-level entry** (§2.4): the same tensor objects at the same ``_version`` as the last call
+   (and the same grad mode / training flag)?  Call that artifact — nothing else is checked;
+2. **specialization cache** (§2.2–2.3): flatten the inputs; for each cached entry run its guard
+   (generated from its key) and replay its data gates; the first entry that passes runs;
+3. **miss**: capture a new specialization (capture/tracer.py), run the front-end passes
+   (functionalise → extract gate replays → fixed point of rewrites, passes/), hand the graph to the
+   backend, cache the entry.  Each miss is explained in words (``TP_LOG_RECOMPILES=1`` logs it); at
+   ``recompile_limit`` entries a :class:`RecompileLimitError` lists all reasons.
+4. a backend failure falls back to running the captured graph op by op (one warning per graph)
+   unless ``strict_native=True`` (§11.3).
+
+Staged: ``cf.lower(*args)`` -> :class:`Lowered` (graph after passes, guards in words);
+``Lowered.compile()`` -> :class:`Compiled` (never recompiles: a guard miss raises
+:class:`GuardError` naming the guard); ``Compiled.as_text()``, ``Compiled.cost_analysis()``.
+"""
+from __future__ import annotations
+
+import functools
+import os
+import sys
+import warnings
+import weakref
+
+from .._tensor import Tensor
+from ..autograd import grad_mode
+from .backends.registry import lookup_backend
+from .capture.gates import extract_replay
+from .capture.proxy import CaptureError
+from .capture.pytree import tree_flatten, tree_unflatten
+from .capture.tracer import capture, find_sources
+from .specialize.guards import build_guard
+from .specialize.key import input_names_for, specialization_key
+
+__all__ = ["compile", "CompiledFunction", "Lowered", "Compiled", "GuardError", "RecompileLimitError",
+           "BackendCompilerError", "MODES", "OPTIONS", "resolve_options", "list_mode_options", "reset", "explain"]
+
+
+class GuardError(RuntimeError):
+    """A ``Compiled`` artifact was called with inputs outside its specialization."""
+
+
+class RecompileLimitError(RuntimeError):
+    pass
+
+
+class BackendCompilerError(RuntimeError):
+    pass
+
+
+# ---- modes and options (table 11.1) -----------------------------------------------------------------
+#: option -> (type, default, description)
+OPTIONS = {
+    "stax.cudagraphs": (bool, False, "replay the kernels of a call as one CUDA graph (GPU)"),
+    "stax.max_autotune": (bool, False, "benchmark launch configurations / templates and keep the best"),
+    "stax.coordinate_descent_tuning": (bool, False, "refine launch configurations by coordinate descent"),
+    "capture.execute": (bool, True, "capture with sample values (True) or purely symbolically (False)"),
+    "passes.enabled": (bool, True, "run the front-end graph passes"),
+    "debug.gates_after_dce": (bool, False, "exercise 4 ONLY: extract gate replays after DCE — wrong on purpose"),
+}
+MODES = {
+    "default": {},
+    "reduce-overhead": {"stax.cudagraphs": True},
+    "max-autotune-no-cudagraphs": {"stax.max_autotune": True, "stax.coordinate_descent_tuning": True},
+    "max-autotune": {"stax.cudagraphs": True, "stax.max_autotune": True, "stax.coordinate_descent_tuning": True},
+}
+
+
+def resolve_options(mode=None, options=None) -> dict:
+    """The mode's preset first, then ``options`` key by key (table 11.1)."""
+    if mode is not None and mode not in MODES:
+        raise ValueError(f"tp.compile: unknown mode {mode!r}; modes: {sorted(MODES)}")
+    out = {k: v[1] for k, v in OPTIONS.items()}
+    out.update(MODES[mode or "default"])
+    for k, v in (options or {}).items():
+        if k not in OPTIONS:
+            import difflib
+            near = difflib.get_close_matches(k, OPTIONS, n=1)
+            raise ValueError(f"tp.compile: unknown option {k!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
+                             + f"; options: {sorted(OPTIONS)}")
+        typ = OPTIONS[k][0]
+        if not isinstance(v, typ):
+            raise TypeError(f"tp.compile: option {k!r} expects {typ.__name__}, got {type(v).__name__} {v!r}")
+        out[k] = v
+    return out
+
+
+def list_mode_options(mode=None) -> dict:
+    """The options a mode sets (all options with their defaults when mode is None)."""
+    if mode is None:
+        return {k: v[1] for k, v in OPTIONS.items()}
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; modes: {sorted(MODES)}")
+    return dict(MODES[mode])
+
+
+_ALL = weakref.WeakSet()
+
+
+def reset():
+    """Forget every compiled specialization (in this process)."""
+    for cf in list(_ALL):
+        cf._cache.clear()
+        cf._first = None
+
+
+def _log_recompiles() -> bool:
+    return os.environ.get("TP_LOG_RECOMPILES", "") not in ("", "0")
+
+
+# ---- one cached specialization ----------------------------------------------------------------------
+class Entry:
+    def __init__(self, lowered, artifact, backend_name):
+        self.lowered = lowered
+        self.guard = lowered.guard
+        self.replay = lowered.replay
+        self.free = lowered.capture.free
+        self.constants = list(lowered.capture.gm.attrs.values())
+        self.artifact = artifact
+        self.out_spec = lowered.capture.out_spec
+        self.out_consts = lowered.capture.out_consts
+        self.backend_name = backend_name
+        self.has_scalars = any(not isinstance(x, Tensor) for x in lowered.leaves)
+        self.mutates_inputs = any(n.op == "call_function" and n.opdef is not None and n.opdef.is_inplace
+                                  for n in lowered.graph_module.graph.nodes)
+        spec, consts = self.out_spec, self.out_consts
+        if spec == "*" and consts == [None]:
+            self._unflatten = lambda outs: outs[0]
+        elif isinstance(spec, tuple) and spec[0] == "tuple" and all(ch == "*" for ch in spec[2]) \
+                and all(c is None for c in consts):
+            self._unflatten = tuple
+        else:
+            self._unflatten = self._general_unflatten
+
+    def free_values(self):
+        return [f.get() for f in self.free] if self.free else ()
+
+    def check(self, leaves, free_vals, module):
+        why = self.guard(leaves, free_vals, self.constants, module)
+        if why is None and self.replay is not None:
+            why = self.replay.check([x for x in leaves if isinstance(x, Tensor)] + list(free_vals))
+        return why
+
+    def run(self, tensors, free_vals):
+        return self._unflatten(self.artifact(*tensors, *free_vals))
+
+    def _general_unflatten(self, outs):
+        it = iter(outs)
+        leaves = [next(it) if c is None else c for c in self.out_consts]
+        return tree_unflatten(leaves, self.out_spec)
+
+
+class CompiledFunction:
+    """What ``tp.compile(fn)`` returns."""
+
+    def __init__(self, fn, *, backend="stax", mode=None, options=None, dynamic=False, fullgraph=True,
+                 strict_native=False, recompile_limit=8, name=None, disable=False, module=None):
+        if dynamic:
+            raise NotImplementedError("tp.compile(dynamic=True): symbolic shapes are not implemented yet "
+                                      "(a later issue); use dynamic=False")
+        if not fullgraph:
+            raise ValueError("tp.compile: fullgraph=False is not supported — TensorPlay has no graph breaks; "
+                             "a region is compiled whole or not at all (§11.3)")
+        if not isinstance(recompile_limit, int) or recompile_limit < 1:
+            raise ValueError(f"tp.compile: recompile_limit must be a positive int, got {recompile_limit!r}")
+        self.fn = fn
+        self.module = module
+        self.backend_name = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+        self.backend = lookup_backend(backend)
+        self.mode = mode
+        self.options = resolve_options(mode, options)
+        self.strict_native = strict_native
+        self.recompile_limit = recompile_limit
+        self.disable = disable
+        self.name = name or getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
+        self._cache: list[Entry] = []
+        self._first = None
+        self.recompile_reasons: list[list[str]] = []
+        self.counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0}
+        functools.update_wrapper(self, fn, updated=())
+        _ALL.add(self)
+
+    # -- the call path ------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        if self.disable:
+            return self.fn(*args, **kwargs)
+        c = self.counters
+        c["calls"] += 1
+        fl = self._first
+        # first-level entry (§2.4): same objects, same versions -> run the artifact directly
+        if fl is not None and not kwargs and len(args) == fl[0] and grad_mode._state.enabled is fl[4]:
+            _, objs, vers, entry, _, training, free_objs, free_vers = fl
+            for a, o, v in zip(args, objs, vers):
+                if a is not o or (v is not None and a._data._version != v):
+                    break
+            else:
+                if self.module is None or self.module.training is training:
+                    if entry.free:
+                        free_vals = entry.free_values()
+                        for f, o, v in zip(free_vals, free_objs, free_vers):
+                            if f is not o or f._data._version != v:
+                                break
+                        else:
+                            return self._first_hit(entry, args, free_vals)
+                    else:
+                        return self._first_hit(entry, args, ())
+        return self._slow_call(args, kwargs)
+
+    def _first_hit(self, entry, args, free_vals):
+        self.counters["first_level_hits"] += 1
+        out = entry.run([a for a in args if isinstance(a, Tensor)] if entry.has_scalars else args, free_vals)
+        if entry.mutates_inputs:  # the artifact bumped input versions: remember the new ones
+            self._set_first(args, entry, free_vals)
+        return out
+
+    def _set_first(self, args, entry, free_vals):
+        """Remember this call for the first-level entry: tensors by identity and version, other
+        flat arguments (Python scalars) by identity."""
+        if all(isinstance(a, Tensor) or a is None or isinstance(a, (int, float, bool, str)) for a in args):
+            self._first = (len(args), args, tuple(a._data._version if isinstance(a, Tensor) else None for a in args),
+                           entry, grad_mode._state.enabled,
+                           self.module.training if self.module is not None else None,
+                           free_vals, tuple(f._data._version for f in free_vals))
+        else:
+            self._first = None
+
+    def _slow_call(self, args, kwargs):
+        leaves, spec = tree_flatten((args, kwargs))
+        tensors = [x for x in leaves if isinstance(x, Tensor)]
+        reasons = []
+        for entry in self._cache:
+            free_vals = entry.free_values()
+            why = entry.check(leaves, free_vals, self.module)
+            if why is None:
+                self.counters["cache_hits"] += 1
+                out = entry.run(tensors, free_vals)
+                if not kwargs:
+                    self._set_first(args, entry, free_vals)
+                return out
+            reasons.append(why)
+        if len(self._cache) >= self.recompile_limit:
+            raise RecompileLimitError(
+                f"tp.compile({self.name}): recompile_limit={self.recompile_limit} reached; this call matches none "
+                f"of the cached specializations:\n" + "\n".join(f"  entry {i}: {r}" for i, r in enumerate(reasons)))
+        if reasons:
+            self.recompile_reasons.append(reasons)
+            if _log_recompiles():
+                print(f"[tp.compile] recompiling {self.name}: " + "; ".join(reasons), file=sys.stderr)
+        lowered = self._lower(args, kwargs)
+        entry = Entry(lowered, self._backend_compile(lowered), self.backend_name)
+        self._cache.append(entry)
+        self.counters["captures"] += 1
+        if lowered.capture.result is not None or self.options["capture.execute"]:
+            result = lowered.capture.result  # the capture run was the first call (execute=True)
+        else:
+            result = entry.run(tensors, entry.free_values())
+        if not kwargs:
+            self._set_first(args, entry, entry.free_values())
+        return result
+
+    # -- stages -------------------------------------------------------------------------------------
+    def _lower(self, args, kwargs) -> "Lowered":
+        names = input_names_for(self.fn, args, kwargs)
+        cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
+                      sources=find_sources(self.fn, self.module), name=self.name)
+        leaves, _ = tree_flatten((args, kwargs))
+        key = specialization_key(leaves, names, [(f.name, f.tensor) for f in cap.free],
+                                 constants=list(cap.gm.attrs.values()), module=self.module)
+        return Lowered(self, cap, key, leaves)
+
+    def _backend_compile(self, lowered):
+        gm = lowered.graph_module
+        example = lowered.example_inputs
+        try:
+            return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
+        except Exception as e:
+            if self.strict_native:
+                raise BackendCompilerError(f"tp.compile({self.name}): backend {self.backend_name!r} failed with "
+                                           f"strict_native=True: {type(e).__name__}: {e}") from e
+            warnings.warn(f"tp.compile({self.name}): backend {self.backend_name!r} failed ({type(e).__name__}: {e}); "
+                          f"running the captured graph op by op instead", RuntimeWarning, stacklevel=3)
+            from .backends.eager import eager_backend
+            return eager_backend(gm, example)
+
+    def lower(self, *args, **kwargs) -> "Lowered":
+        """Stage 1–2: capture and run the passes for these inputs (runs the function once with
+        execute=True)."""
+        return self._lower(args, kwargs)
+
+    def explain(self) -> str:
+        lines = [f"tp.compile({self.name}): {len(self._cache)} specialization(s), counters {self.counters}"]
+        for i, e in enumerate(self._cache):
+            lines.append(f"--- specialization {i} ---")
+            lines.append(e.lowered.as_text())
+            lines.append("guards:\n  " + "\n  ".join(e.lowered.guards))
+        for i, rs in enumerate(self.recompile_reasons, start=1):
+            lines.append(f"recompilation {i}: " + "; ".join(rs))
+        return "\n".join(lines)
+
+    def __get__(self, obj, objtype=None):  # decorating a method
+        if obj is None:
+            return self
+        bound = self.__dict__.setdefault("_bound", weakref.WeakKeyDictionary())
+        cf = bound.get(obj)
+        if cf is None:
+            cf = CompiledFunction(self.fn.__get__(obj, objtype), backend=self.backend, mode=self.mode,
+                                  options=self.options, strict_native=self.strict_native,
+                                  recompile_limit=self.recompile_limit, name=self.name, disable=self.disable,
+                                  module=obj if hasattr(obj, "named_parameters") else None)
+            bound[obj] = cf
+        return cf
+
+
+class Lowered:
+    """A captured and optimised graph for one specialization (seed 001 §2: trace -> lower)."""
+
+    def __init__(self, cf, cap, key, leaves):
+        self._cf = cf
+        self.capture = cap
+        self.key = key
+        self.guard = build_guard(key, name="guard")
+        self.leaves = leaves
+        self.example_inputs = [x for x in leaves if isinstance(x, Tensor)] + [f.tensor for f in cap.free]
+        gm = cap.gm
+        gates_after_dce = cf.options["debug.gates_after_dce"]
+        try:
+            from .passes import pipeline
+        except ImportError:  # TEMP until passes land
+            pipeline = None
+            self.replay = extract_replay(gm, cap.gates)
+        if pipeline is None:
+            pass
+        elif not gates_after_dce:
+            gm = _run_front(gm, cf.options, pipeline.run_passes, cap, self)
+        else:
+            if cf.options["passes.enabled"]:
+                pipeline.run_passes(gm)
+            self.replay = extract_replay(gm, cap.gates)
+            if self.replay is not None and self.replay.dropped:
+                warnings.warn(f"{len(self.replay.dropped)} data gate(s) lost: their condition was removed by DCE "
+                              f"before extraction (debug.gates_after_dce) — results may be wrong", RuntimeWarning)
+        self.graph_module = gm
+
+    @property
+    def guards(self) -> list[str]:
+        out = []
+        for e in self.key:
+            out.append(f"{e.subject}: {e.field} == {e.value!r}")
+        if self.replay is not None:
+            for g in self.replay.gates:
+                out.append(f"data gate {g.describe()} == {g.value!r}")
+        return out
+
+    def as_text(self) -> str:
+        return self.graph_module.code
+
+    def compile(self) -> "Compiled":
+        return Compiled(self, self._cf._backend_compile(self))
+
+
+def _run_front(gm, options, run_passes, cap, lowered):
+    """functionalise, extract gate replays (before DCE, Prop. 3.1), then the other passes."""
+    from .passes import functionalize as fz
+    fz.functionalize(gm)
+    gm.recompile()
+    lowered.replay = extract_replay(gm, cap.gates)
+    if options["passes.enabled"]:
+        run_passes(gm, skip_functionalize=True)
+    return gm
+
+
+class Compiled:
+    """A compiled artifact for exactly one specialization; never recompiles."""
+
+    def __init__(self, lowered, artifact):
+        self.lowered = lowered
+        self._entry = Entry(lowered, artifact, lowered._cf.backend_name)
+        self.artifact = artifact
+
+    def __call__(self, *args, **kwargs):
+        leaves, _ = tree_flatten((args, kwargs))
+        e = self._entry
+        free_vals = e.free_values()
+        why = e.check(leaves, free_vals, self.lowered._cf.module)
+        if why is not None:
+            raise GuardError(f"Compiled({self.lowered._cf.name}) called with inputs it was not built for: {why}")
+        return e.run([x for x in leaves if isinstance(x, Tensor)], free_vals)
+
+    def as_text(self) -> str:
+        src = getattr(self.artifact, "source", None)
+        return src if src is not None else self.lowered.as_text()
+
+    def cost_analysis(self) -> dict:
+        from .cost import cost_analysis
+        return cost_analysis(self.lowered.graph_module, getattr(self.artifact, "materialized", None))
+
+
+class CompiledModule:
+    """``tp.compile(module)``: calls go to the compiled ``forward``; attributes to the module."""
+
+    def __init__(self, module, **kw):
+        object.__setattr__(self, "_orig_mod", module)
+        object.__setattr__(self, "_compiled_forward", CompiledFunction(module.forward, module=module, **kw))
+
+    def __call__(self, *args, **kwargs):
+        return self._compiled_forward(*args, **kwargs)
+
+    def __getattr__(self, name):
+        return getattr(self._orig_mod, name)
+
+    def __setattr__(self, name, value):
+        setattr(self._orig_mod, name, value)
+
+    def lower(self, *args, **kwargs):
+        return self._compiled_forward.lower(*args, **kwargs)
+
+    def explain(self):
+        return self._compiled_forward.explain()
+
+
+def compile(model=None, *, backend="stax", mode=None, options=None, dynamic=False, fullgraph=True,
+            strict_native=False, recompile_limit=8, name=None, disable=False):
+    """Compile a function or an ``nn.Module``; usable as ``tp.compile(f)``, ``@tp.compile`` and
+    ``@tp.compile(mode=...)``."""
+    kw = dict(backend=backend, mode=mode, options=options, dynamic=dynamic, fullgraph=fullgraph,
+              strict_native=strict_native, recompile_limit=recompile_limit, name=name, disable=disable)
+    if model is None:
+        return lambda f: compile(f, **kw)
+    if hasattr(model, "forward") and hasattr(model, "named_parameters") and not isinstance(model, type):
+        return CompiledModule(model, **kw)
+    if not callable(model):
+        raise TypeError(f"tp.compile: expected a function or an nn.Module, got {type(model).__name__}")
+    return CompiledFunction(model, **kw)
+
+
+def explain(fn, *args, **kwargs) -> str:
+    """Compile ``fn`` (or reuse a CompiledFunction), call it on the arguments, and describe the
+    graph, the guards and every recompilation so far."""
+    cf = fn if isinstance(fn, CompiledFunction) else (fn._compiled_forward if isinstance(fn, CompiledModule)
+                                                       else CompiledFunction(fn, backend="eager"))
+    cf(*args, **kwargs)
+    return cf.explain()

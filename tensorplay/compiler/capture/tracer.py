@@ -1,0 +1,327 @@
+"""Capture: run the function on proxies and record every op into a graph (chapter §3.2–3.5).
+
+``capture(fn, args, kwargs, execute=True)`` returns a :class:`Capture`:
+
+* tensor leaves of the inputs become ``placeholder`` nodes (in flattening order);
+* Python scalars and other non-tensor inputs are passed as they are — the graph is specialized to
+  their values (they are part of the specialization key, §2.2);
+* every eager op the function runs is recorded as a ``call_function`` node of its op-table entry
+  with its canonical arguments (the dispatcher calls the tracer after each op);
+* a tensor used by the function that is not a proxy is either a **free tensor** — reachable from
+  the function's closure cells, its globals, or the state of the module being compiled — which is
+  lifted to an extra placeholder and re-read at every call, or a **constant** (made inside the
+  function without an op, e.g. ``tp.tensor([...])``), stored in the GraphModule as an attribute;
+* ``bool``/``int``/``float``/``item``/``tolist`` on a proxy record **data gates** (proxy.py).
+
+Python side effects (prints, appends to lists, counters) happen once, during capture; the compiled
+function replays only tensor operations.  Capture either succeeds for the whole function or raises
+:class:`CaptureError` with the source line: there are no graph breaks (§11.3).
+"""
+from __future__ import annotations
+
+import dataclasses
+import types
+from weakref import ref as weakref_ref
+
+import torch
+
+from ..._tensor import Tensor, _wrap
+from ...autograd import grad_mode
+from ...ops import registry
+from ..graph import Graph, GraphModule
+from .proxy import CaptureError, Proxy, where
+from .pytree import tree_flatten
+
+__all__ = ["capture", "Capture", "Gate", "FreeTensor", "find_sources"]
+
+
+@dataclasses.dataclass
+class Gate:
+    node: object          # the graph node whose value was converted
+    kind: str             # bool / item / int / float / index / tolist
+    value: object         # the recorded outcome
+    where: str            # source line
+
+    def describe(self) -> str:
+        return f"{self.kind}({self.node.name}) at {self.where}"
+
+
+@dataclasses.dataclass
+class FreeTensor:
+    name: str             # human-readable source: "global 'w'", "closure 'k'", "self.fc.weight"
+    get: object           # callable returning the current tensor
+    tensor: object        # the tensor seen at capture
+
+
+def _to_meta(d: torch.Tensor) -> torch.Tensor:
+    return torch.empty_strided(d.shape, d.stride(), dtype=d.dtype, device="meta")
+
+
+_CONVERT = {"bool": lambda d: bool(d), "item": lambda d: d.item(), "int": lambda d: int(d.item()),
+            "float": lambda d: float(d.item()), "index": lambda d: int(d.item()), "tolist": lambda d: d.tolist()}
+
+
+def convert_gate(kind, tensor):
+    d = tensor._data if isinstance(tensor, Tensor) else tensor
+    return _CONVERT[kind](d)
+
+
+def find_sources(fn, module=None) -> dict:
+    """id(tensor) -> (description, getter) for tensors reachable from fn's closure, globals and
+    the module's parameters/buffers."""
+    src = {}
+    if module is not None:
+        for kind, items in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
+            for qual, t in items:
+                path = qual.split(".")
+                src[id(t)] = (f"self.{qual}", _attr_getter(module, path))
+    f = fn.__func__ if isinstance(fn, types.MethodType) else fn
+    code = getattr(f, "__code__", None)
+    if code is not None:
+        for name, cell in zip(code.co_freevars, getattr(f, "__closure__", None) or ()):
+            try:
+                v = cell.cell_contents
+            except ValueError:
+                continue
+            if isinstance(v, Tensor) and id(v) not in src:
+                src[id(v)] = (f"closure '{name}'", (lambda c=cell: c.cell_contents))
+        g = getattr(f, "__globals__", {})
+        for name in code.co_names:
+            v = g.get(name)
+            if isinstance(v, Tensor) and id(v) not in src:
+                src[id(v)] = (f"global '{name}'", (lambda gl=g, n=name: gl[n]))
+    return src
+
+
+def _attr_getter(root, path):
+    def get():
+        o = root
+        for p in path:
+            o = getattr(o, p)
+        return o
+    return get
+
+
+class Tracer:
+    def __init__(self, execute=True, sources=None):
+        self.graph = Graph()
+        self.execute = execute
+        self.active = False
+        self.gates: list[Gate] = []
+        self.free: list[FreeTensor] = []
+        self.constants: dict[str, Tensor] = {}
+        self._lifted: dict[int, object] = {}   # id(tensor) -> node
+        self._keepalive: list = []
+        self.sources = sources or {}
+        self.n_inputs = 0
+        self._proxies: list = []
+
+    # -- inputs --------------------------------------------------------------------------------------
+    def placeholder(self, name: str, t: Tensor) -> Proxy:
+        """A proxy for input ``t``.  With execute=True it shares ``t``'s storage and autograd
+        identity, so the capture run *is* the first call: in-place updates happen once and
+        gradients reach ``t``."""
+        node = self.graph.placeholder(name)
+        self.n_inputs += 1
+        p = object.__new__(Proxy)
+        if self.execute:
+            p._data = t._data
+            if t.requires_grad:
+                from ...autograd.graph import accumulate_node
+                import weakref
+                p.requires_grad = True
+                p.grad_fn, p._output_nr = t.grad_fn, t._output_nr
+                if t.grad_fn is None:
+                    acc = accumulate_node(t)   # the leaf's own sink: gradients reach t
+                    self._keepalive.append(acc)
+                    p._accumulate = weakref.ref(acc)
+            p._base, p._view_src = t._base, t._view_src
+        else:
+            p._data = _to_meta(t._data)
+        p._node = node
+        p._tracer = self
+        node.meta["val"] = _to_meta(t._data)
+        self._proxies.append(weakref_ref(p))
+        return p
+
+    def node_of(self, t):
+        """The graph node for a tensor argument, lifting non-proxies."""
+        if isinstance(t, Proxy) and t._tracer is self:
+            return t._node
+        key = id(t)
+        node = self._lifted.get(key)
+        if node is not None:
+            return node
+        self._keepalive.append(t)
+        src = self.sources.get(key)
+        if src is not None:
+            desc, get = src
+            first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+            name = "free_" + desc.replace("self.", "").replace("'", "").replace("global ", "").replace("closure ", "")
+            if first is None:
+                node = self.graph.placeholder(name)
+            else:
+                with self.graph.inserting_before(first):
+                    node = self.graph.placeholder(name)
+            self.free.append(FreeTensor(desc, get, t))
+        else:
+            attr = f"const_{len(self.constants)}"
+            self.constants[attr] = t
+            first = next((n for n in self.graph.nodes if n.op not in ("placeholder",)), None)
+            if first is None:
+                node = self.graph.get_attr(attr)
+            else:
+                with self.graph.inserting_before(first):
+                    node = self.graph.get_attr(attr)
+        node.meta["val"] = _to_meta(t._data)
+        self._lifted[key] = node
+        return node
+
+    # -- the dispatcher hook ------------------------------------------------------------------------
+    def on_op(self, op, args, outs):
+        if not self.active:
+            return
+        s = op.schema
+        nargs = list(args)
+        for i in s.tensor_pos:
+            if isinstance(nargs[i], Tensor):
+                nargs[i] = self.node_of(nargs[i])
+        for i in s.list_pos:
+            if nargs[i] is not None:
+                nargs[i] = [self.node_of(t) if isinstance(t, Tensor) else t for t in nargs[i]]
+        for i in s.index_pos:
+            nargs[i] = _map_index(nargs[i], lambda t: self.node_of(t) if isinstance(t, Tensor) else t)
+        node = self.graph.call_function(op, tuple(nargs))
+        if s.mutated_pos is not None:
+            node.meta["val"] = _to_meta(outs[0]._data)
+            return
+        tensors = [o for o in outs if isinstance(o, Tensor)]
+        if len(outs) == 1 and not s.returns_list and not s.returns_tuple:
+            self._become(outs[0], node)
+            return
+        import operator
+        node.meta["val"] = tuple(_to_meta(o._data) if isinstance(o, Tensor) else o for o in outs)
+        for i, o in enumerate(outs):
+            if isinstance(o, Tensor):
+                g = self.graph.call_function(operator.getitem, (node, i))
+                self._become(o, g)
+        del tensors
+
+    def _become(self, t: Tensor, node):
+        if not self.execute and t._data.device.type != "meta":
+            t._data = _to_meta(t._data)
+        t.__class__ = Proxy
+        t._node = node
+        t._tracer = self
+        node.meta["val"] = _to_meta(t._data)
+        self._proxies.append(weakref_ref(t))
+
+    def release(self):
+        """End of capture: every proxy still alive becomes a plain Tensor again (with execute=True
+        they hold the real results of the first call)."""
+        for r in self._proxies:
+            p = r()
+            if p is not None and isinstance(p, Proxy):
+                p.__class__ = Tensor
+                d = p.__dict__
+                d.pop("_node", None)
+                d.pop("_tracer", None)
+        self._proxies.clear()
+
+    def record_gate(self, proxy, kind, value):
+        node = self.node_of(proxy)
+        self.gates.append(Gate(node, kind, value, where()))
+
+
+def _meta_args(op, raw):
+    """execute=False: run every kernel on meta tensors (free tensors and constants included)."""
+    return registry._to_meta_args(op.schema, raw)
+
+
+def _map_index(idx, f):
+    if isinstance(idx, tuple):
+        return tuple(_map_index(i, f) for i in idx)
+    if isinstance(idx, list):
+        return [_map_index(i, f) for i in idx]
+    if isinstance(idx, slice):
+        return slice(_map_index(idx.start, f), _map_index(idx.stop, f), _map_index(idx.step, f))
+    return f(idx)
+
+
+@dataclasses.dataclass
+class Capture:
+    gm: GraphModule
+    gates: list
+    free: list
+    out_spec: object
+    out_consts: list            # non-tensor output leaves (None where the leaf is a tensor)
+    n_inputs: int
+    input_names: list
+    result: object = None       # execute=True: the function's result on the capture inputs
+
+
+def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, name="captured") -> Capture:
+    """Run ``fn(*args, **kwargs)`` on proxies and return the captured graph (see module doc)."""
+    leaves, spec = tree_flatten((args, kwargs))
+    tr = Tracer(execute=execute, sources=sources)
+    names = input_names or [f"arg{i}" for i in range(len(leaves))]
+    proxied = []
+    for i, leaf in enumerate(leaves):
+        if isinstance(leaf, Tensor):
+            proxied.append(tr.placeholder(names[i] if i < len(names) else f"arg{i}", leaf))
+        else:
+            proxied.append(leaf)
+    from .pytree import tree_unflatten
+    p_args, p_kwargs = tree_unflatten(proxied, spec)
+    registry.observers.append(tr.on_op)
+    if not execute:
+        registry.pre_observers.append(_meta_args)
+    tr.active = True
+    try:
+        if execute:
+            result = fn(*p_args, **p_kwargs)
+        else:
+            with grad_mode.no_grad():
+                result = fn(*p_args, **p_kwargs)
+    except CaptureError:
+        tr.release()
+        raise
+    except Exception as e:
+        tr.release()
+        raise CaptureError(f"capture of {name} failed at {where_from(e)}: {type(e).__name__}: {e}") from e
+    finally:
+        tr.active = False
+        registry.observers.remove(tr.on_op)
+        if not execute:
+            registry.pre_observers.remove(_meta_args)
+    out_leaves, out_spec = tree_flatten(result)
+    out_nodes, consts = [], []
+    for leaf in out_leaves:
+        if isinstance(leaf, Tensor):
+            out_nodes.append(tr.node_of(leaf))
+            consts.append(None)
+        else:
+            consts.append(leaf)
+    tr.graph.output(tuple(out_nodes))
+    tr.graph.lint()
+    gm = GraphModule(tr.graph, dict(tr.constants), name=name)
+    tr.release()
+    return Capture(gm, tr.gates, tr.free, out_spec, consts, tr.n_inputs, names,
+                   result=result if execute else None)
+
+
+def where_from(e: BaseException) -> str:
+    """The innermost traceback frame outside tensorplay, as file:line: `source`."""
+    import linecache
+    import os
+    from .proxy import _internal
+    tb = e.__traceback__
+    best = None
+    while tb is not None:
+        fn = tb.tb_frame.f_code.co_filename
+        if not _internal(fn):
+            best = (fn, tb.tb_lineno)
+        tb = tb.tb_next
+    if best is None:
+        return "<unknown>"
+    return f"{os.path.basename(best[0])}:{best[1]}: `{linecache.getline(best[0], best[1]).strip()}`"

@@ -1,0 +1,32 @@
+"""Graph passes of Stax's front end (chapter §4): rewriting the op-level graph before lowering.
+
+Every pass is a function ``pass_name(gm) -> bool`` that edits ``gm.graph`` in place and reports
+whether it changed anything; each module's docstring states what the pass does, the seed section it
+implements and the **termination measure** that the pass strictly decreases whenever it reports a
+change (Prop. 4.1: a rewrite system whose rules all decrease a well-founded measure terminates).
+
+=================  ============================================================================
+canonicalize       methods / Python operators / free functions -> op-table nodes, canonical args
+simplify           IEEE-754-safe identities (x*1, x+0, x-0, x/1, neg(neg x), x**1, x/2^k)
+constant_fold      evaluate pure non-random nodes whose tensor inputs are all constants
+decompose          expand ops outside the backend basis by their ``OpDef.decomp`` (Prop. 4.3)
+cse                value numbering with a memory epoch (never across an in-place op)
+dce                backward reachability from the outputs and the side effects
+regions            mark maximal connected groups of pointwise nodes (``node.meta["region"]``)
+functionalize      in-place ops and mutation through views -> pure ops + scatter inverses (§4.4)
+pipeline           :func:`run_passes`: functionalise once, then the rest to a fixed point
+=================  ============================================================================
+"""
+from .canonicalize import canonicalize
+from .constant_fold import constant_fold
+from .cse import cse
+from .dce import dce
+from .decompose import DecompositionCycleError, decompose, decomposition_depth
+from .functionalize import functionalize
+from .pipeline import DEFAULT_PASSES, run_passes
+from .regions import regions
+from .simplify import simplify
+
+__all__ = ["canonicalize", "simplify", "constant_fold", "decompose", "decomposition_depth",
+           "DecompositionCycleError", "cse", "dce", "regions", "functionalize", "run_passes",
+           "DEFAULT_PASSES"]

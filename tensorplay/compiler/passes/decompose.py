@@ -1,0 +1,282 @@
+"""Operator decomposition (chapter §4.3, Prop. 4.3; exercise 7).
+
+A backend supports a *basis* B of ops (a set of op names; ``None`` means every op is in the basis,
+so nothing is expanded).  A node whose op is not in B and has ``OpDef.decomp`` — a function written
+in tp ops that takes the op's canonical arguments — is replaced by the traced decomposition: the
+function is captured with ``execute=False`` on the node's meta values (shapes, dtypes, strides,
+no data), the captured nodes are spliced in before the node, its placeholders bound to the node's
+inputs and its constants copied into the GraphModule, and the node's uses go to the spliced result
+(for multi-output ops, each ``getitem`` projection goes to the corresponding result).  A
+decomposition that itself uses in-place ops is functionalised before splicing; one that would
+mutate its inputs is refused.
+
+**Depth (Prop. 4.3).**  ``depth(o) = 0`` if ``o`` is in B or has no decomposition, else
+``1 + max depth(o')`` over the ops ``o'`` its decomposition emits.  The decomposition graph is
+discovered by tracing (a decomposition is Python code, its ops are known once it runs on argument
+metas), following every emitted op outside B.  If the graph has a cycle — exercise 7:
+``o1 -> o2 + o3``, ``o2 -> o1 * c`` — the depth is undefined and recursive expansion would not
+terminate: :func:`decomposition_depth` raises :class:`DecompositionCycleError` naming the cycle.
+Putting ``o2`` into B cuts the cycle and ``depth(o1) = 1``.  The pass checks the depth of every
+node before expanding it.
+
+Termination measure: the multiset of depths of the nodes outside B, ordered by the multiset
+ordering (Dershowitz–Manna): one expansion removes an element of depth d and adds elements of depth
+< d only, so the measure strictly decreases; multiset orderings over a well-founded order are
+well-founded.
+
+The module also holds the trace-and-splice helper shared with canonicalisation.
+"""
+from __future__ import annotations
+
+import operator
+
+import torch
+
+from ..._tensor import _wrap
+from ...ops.registry import OPS
+from ..capture.pytree import tree_flatten, tree_unflatten
+from ..graph.node import Node, map_arg
+
+__all__ = ["decompose", "decomposition_depth", "DecompositionCycleError", "trace_function", "splice",
+           "replace_with_trace", "new_attr"]
+
+
+class DecompositionCycleError(RuntimeError):
+    """The decomposition table has a cycle outside the basis (Prop. 4.3's depth is undefined)."""
+
+
+# ---------------------------------------------------------------------------------------------
+# trace and splice
+# ---------------------------------------------------------------------------------------------
+class MissingMeta(RuntimeError):
+    pass
+
+
+def new_attr(gm, base: str, value) -> str:
+    """Store ``value`` as a new, uniquely named attribute of ``gm`` (never overwrites)."""
+    base = base or "const"
+    name, i = base, 0
+    while name in gm._attrs or hasattr(gm, name):
+        i += 1
+        name = f"{base}_{i}"
+    gm._attrs[name] = value
+    setattr(gm, name, value)
+    return name
+
+
+def _leaf_value(leaf):
+    if isinstance(leaf, Node):
+        v = leaf.meta.get("val")
+        if not isinstance(v, torch.Tensor):
+            raise MissingMeta(f"node {leaf.name} has no tensor meta value")
+        return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
+    hidden = []
+    map_arg(leaf, hidden.append)
+    if hidden:
+        raise MissingMeta(f"graph nodes nested inside {type(leaf).__name__} cannot be traced")
+    return leaf
+
+
+def trace_function(fn, args, kwargs=None, name="sub"):
+    """Capture ``fn(*args, **kwargs)`` symbolically, where the arguments may hold graph nodes (their
+    meta values stand in for the tensors).  Returns ``(capture, input nodes in placeholder order)``."""
+    from ..capture.tracer import capture
+    leaves, spec = tree_flatten((tuple(args), dict(kwargs or {})))
+    vals = [_leaf_value(x) for x in leaves]
+    inputs = [x for x in leaves if isinstance(x, Node)]
+    targs, tkw = tree_unflatten(vals, spec)
+    cap = capture(fn, targs, tkw, execute=False, name=name)
+    if cap.n_inputs != len(inputs) or cap.free:
+        raise RuntimeError(f"trace of {name}: placeholders do not match the inputs")
+    return cap, inputs
+
+
+def splice(gm, before: Node, cap, inputs):
+    """Copy the captured graph into ``gm.graph`` before ``before``; returns the output leaves (nodes
+    for tensors, the Python values otherwise) in flattening order."""
+    g = gm.graph
+    sub = cap.gm.graph
+    env: dict = {}
+    it = iter(inputs)
+    outs = None
+    with g.inserting_before(before):
+        for n in sub.nodes:
+            if n.op == "placeholder":
+                env[n] = next(it)
+                continue
+            if n.op == "output":
+                outs = list(n.args[0])
+                continue
+            if n.op == "get_attr":
+                attr = new_attr(gm, n.target, getattr(cap.gm, n.target))
+                new = g.get_attr(attr)
+            else:
+                new = g.create_node(n.op, n.target, map_arg(n.args, env.__getitem__),
+                                    map_arg(n.kwargs, env.__getitem__), name=n.name)
+            new.meta = dict(n.meta)
+            env[n] = new
+    it_nodes = iter(outs)
+    leaves = [next(it_nodes) if c is None else c for c in cap.out_consts]
+    return [env[x] if isinstance(x, Node) else x for x in leaves]
+
+
+def replace_with_trace(gm, node: Node, fn, args, kwargs=None, *, check_meta=True, functional=True):
+    """Replace ``node`` by the traced ``fn(*args, **kwargs)``; returns the spliced result leaves."""
+    cap, inputs = trace_function(fn, args, kwargs, name=node.name)
+    if functional:
+        from .functionalize import functionalize, is_mutation
+        functionalize(cap.gm)
+        if any(is_mutation(n) and not n.meta.get("private_inplace") for n in cap.gm.graph.nodes):
+            raise RuntimeError(f"the traced replacement of {node.name} mutates its inputs")
+    leaves = splice(gm, node, cap, inputs)
+    _redirect(gm, node, leaves, check_meta)
+    return leaves
+
+
+def _redirect(gm, node, leaves, check_meta):
+    old = node.meta.get("val")
+    if isinstance(old, (tuple, list)):
+        for u in list(node.users):
+            if u.op == "call_function" and u.target is operator.getitem and u.args[0] is node:
+                r = leaves[u.args[1]]
+                if not isinstance(r, Node):
+                    raise RuntimeError(f"replacement of {node.name}: output {u.args[1]} is not a tensor")
+                u.replace_all_uses_with(r)
+                gm.graph.erase_node(u)
+            else:
+                raise RuntimeError(f"replacement of {node.name}: multi-output node used by {u.name} directly")
+    else:
+        tensors = [x for x in leaves if isinstance(x, Node)]
+        if len(tensors) != 1:
+            raise RuntimeError(f"replacement of {node.name}: expected one tensor result, got {len(tensors)}")
+        r = tensors[0]
+        new = r.meta.get("val")
+        if check_meta and isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
+            if tuple(old.shape) != tuple(new.shape) or old.dtype != new.dtype:
+                raise RuntimeError(f"replacement of {node.name} ({node.target_name}) changes its type: "
+                                   f"{old.dtype}{list(old.shape)} -> {new.dtype}{list(new.shape)}")
+        node.replace_all_uses_with(r)
+    gm.graph.erase_node(node)
+
+
+# ---------------------------------------------------------------------------------------------
+# depth (Prop. 4.3)
+# ---------------------------------------------------------------------------------------------
+def _in_basis(name, basis):
+    return basis is None or name in basis
+
+
+def _expandable(op, basis):
+    return op is not None and op.decomp is not None and not _in_basis(op.name, basis)
+
+
+def _example_args(op):
+    """Canonical arguments synthesised from the schema (meta tensors 2x2 float32), for
+    ``decomposition_depth(name)`` called without arguments."""
+    out = []
+    for a in op.schema.args:
+        if a.is_tensor:
+            out.append(None if a.type == "Tensor?" else _wrap(torch.empty(2, 2, device="meta")))
+        elif a.is_tensor_list:
+            out.append([_wrap(torch.empty(2, 2, device="meta"))])
+        elif a.has_default:
+            out.append(a.default)
+        elif a.type in ("int", "Scalar", "float"):
+            out.append(1)
+        elif a.type.startswith("int[]"):
+            out.append([2, 2])
+        elif a.type == "bool":
+            out.append(False)
+        else:
+            raise ValueError(f"decomposition_depth({op.name}): cannot synthesise an example for argument "
+                             f"{a.name}: {a.type}; pass args=")
+    return tuple(out)
+
+
+def _trace_decomp(op, args):
+    """Trace ``op.decomp`` on ``args`` (nodes with meta, tp tensors, or numbers)."""
+    def to_val(x):
+        if isinstance(x, Node):
+            v = x.meta.get("val")
+            if not isinstance(v, torch.Tensor):
+                raise MissingMeta(f"node {x.name} has no tensor meta value")
+            return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
+        return x
+    from ..capture.tracer import capture
+    vals = map_arg(tuple(args), to_val)
+    return capture(op.decomp, tuple(vals), {}, execute=False, name=f"decomp_{op.name}")
+
+
+def _depth(op, args, basis, stack, memo):
+    if not _expandable(op, basis):
+        return 0
+    if op.name in stack:
+        cyc = stack[stack.index(op.name):] + [op.name]
+        raise DecompositionCycleError(
+            f"decomposition cycle outside the basis: {' -> '.join(cyc)}; the depth of Prop. 4.3 is undefined "
+            f"and recursive expansion would not terminate (put one of {sorted(set(cyc))} into the basis)")
+    cap = _trace_decomp(op, args)
+    best = 0
+    stack.append(op.name)
+    try:
+        for n in cap.gm.graph.nodes:
+            d = n.opdef
+            if n.op == "call_function" and _expandable(d, basis):
+                key = (d.name, _sig(n.args))
+                if key not in memo:
+                    memo[key] = _depth(d, n.args, basis, stack, memo)
+                best = max(best, memo[key])
+    finally:
+        stack.pop()
+    return 1 + best
+
+
+def _sig(args):
+    def leaf(x):
+        if isinstance(x, Node):
+            v = x.meta.get("val")
+            return ("T", tuple(v.shape), str(v.dtype)) if isinstance(v, torch.Tensor) else ("N",)
+        return repr(x)
+    out = []
+    map_arg(args, lambda n: out.append(leaf(n)))
+    return repr(args.__class__) + repr(out) + repr(map_arg(args, lambda n: "N"))
+
+
+def decomposition_depth(op_name: str, basis=None, args=None) -> int:
+    """Prop. 4.3's depth of ``op_name`` relative to ``basis`` (0: in the basis or primitive).
+
+    ``args`` is the op's canonical argument tuple (graph nodes with meta values, tp tensors — meta
+    tensors suffice — or Python values); without it, an example is synthesised from the schema.
+    Raises :class:`DecompositionCycleError` if the decomposition graph has a cycle outside the
+    basis."""
+    op = OPS[op_name]
+    if not _expandable(op, basis):
+        return 0
+    if args is None:
+        args = _example_args(op)
+    return _depth(op, args, basis, [], {})
+
+
+# ---------------------------------------------------------------------------------------------
+# the pass
+# ---------------------------------------------------------------------------------------------
+def decompose(gm, basis=None) -> bool:
+    """Expand every node whose op is outside ``basis`` and has a decomposition (module doc)."""
+    if basis is None:
+        return False
+    basis = set(basis)
+    g = gm.graph
+    changed = False
+    work = [n for n in g.nodes if n.op == "call_function" and _expandable(n.opdef, basis)]
+    while work:
+        node = work.pop(0)
+        if node.graph is not g or node not in g.nodes:
+            continue
+        op = node.opdef
+        decomposition_depth(op.name, basis, node.args)      # raises on a cycle before any rewrite
+        before = set(g.nodes)
+        replace_with_trace(gm, node, op.decomp, node.args)
+        changed = True
+        work = [n for n in g.nodes if n not in before and n.op == "call_function"
+                and _expandable(n.opdef, basis)] + work
+    return changed

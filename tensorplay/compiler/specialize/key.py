@@ -1,0 +1,105 @@
+"""The specialization key (chapter §2.2).
+
+A compiled artifact is valid for every call whose key equals the key it was captured with
+(Prop. 2.1).  The key is a list of :class:`KeyEntry` — *(subject, field, expression, value)*:
+
+* per tensor input (and per free tensor): type, dim, each size and stride, dtype, device,
+  requires_grad; module state additionally its identity;
+* per non-tensor input: its type and value (Python scalars are specialized by value, §2.1);
+* global state that changes the program: grad mode, the module's ``training`` flags;
+* constants captured by reference: their version;
+* data-gate outcomes are the last part of the key; they are checked by replay (gates.py).
+
+``expression`` is Python source computing the field from the call's values; the guards
+(guards.py) are generated from these entries and nothing else — a guard is a projection of the key
+(§2.3), so every miss names the entry that differs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import torch
+
+from ..._tensor import Tensor
+
+__all__ = ["KeyEntry", "specialization_key", "input_names_for"]
+
+
+@dataclasses.dataclass(frozen=True)
+class KeyEntry:
+    subject: str     # "arg 0 'x'", "free tensor global 'w'", "grad mode"
+    field: str       # "size[0]", "dtype", "value", ...
+    expr: str        # Python expression over the guard function's locals (L, F, M, C, G)
+    value: object    # expected value
+
+    def describe(self, got) -> str:
+        return f"{self.subject}: {self.field} expected {self.value!r}, got {got!r}"
+
+
+def _tensor_entries(subject, ref, t: Tensor, identity=False):
+    d = t._data
+    out = [KeyEntry(subject, "is a Tensor", f"_is_tensor({ref})", True)]
+    if identity:
+        out.append(KeyEntry(subject, "identity", f"id({ref})", id(t)))
+    out.append(KeyEntry(subject, "dim", f"{ref}._data.dim()", d.dim()))
+    for i, s in enumerate(d.shape):
+        out.append(KeyEntry(subject, f"size[{i}]", f"{ref}._data.shape[{i}]", s))
+    for i, s in enumerate(d.stride()):
+        out.append(KeyEntry(subject, f"stride[{i}]", f"{ref}._data.stride({i})", s))
+    out.append(KeyEntry(subject, "dtype", f"{ref}._data.dtype", d.dtype))
+    out.append(KeyEntry(subject, "device", f"{ref}._data.device", d.device))
+    out.append(KeyEntry(subject, "requires_grad", f"{ref}.requires_grad", bool(t.requires_grad)))
+    return out
+
+
+def input_names_for(fn, args, kwargs, leaves_per_arg=None) -> list[str]:
+    """Human names for flat input leaves: parameter names from the signature, with paths into
+    nested structures (``xs[1]``, ``cfg['k']``)."""
+    import inspect
+    try:
+        params = list(inspect.signature(fn).parameters)
+    except (TypeError, ValueError):
+        params = []
+    names = []
+
+    def rec(o, path):
+        if isinstance(o, (tuple, list)):
+            for i, v in enumerate(o):
+                rec(v, f"{path}[{i}]")
+        elif isinstance(o, dict):
+            for k, v in o.items():
+                rec(v, f"{path}[{k!r}]")
+        else:
+            names.append(path)
+    for i, a in enumerate(args):
+        rec(a, params[i] if i < len(params) and not params[i].startswith("*") else f"args[{i}]")
+    for k, v in kwargs.items():
+        rec(v, k)
+    return names
+
+
+def specialization_key(leaves, names, free=(), constants=(), module=None):
+    """The key of one call (see module doc).  ``free``: current free tensors; ``constants``:
+    captured constant tensors; ``module``: the nn.Module being compiled, if any."""
+    from ...autograd import grad_mode
+    key: list[KeyEntry] = []
+    for i, leaf in enumerate(leaves):
+        subj = f"arg {i} '{names[i]}'" if i < len(names) else f"arg {i}"
+        ref = f"L[{i}]"
+        if isinstance(leaf, Tensor):
+            key += _tensor_entries(subj, ref, leaf)
+        elif leaf is None or isinstance(leaf, (bool, int, float, str, complex, torch.dtype, torch.device)):
+            key.append(KeyEntry(subj, "type", f"type({ref})", type(leaf)))
+            key.append(KeyEntry(subj, "value", ref, leaf))
+        else:
+            key.append(KeyEntry(subj, "type", f"type({ref})", type(leaf)))
+            key.append(KeyEntry(subj, "identity", f"id({ref})", id(leaf)))
+    for j, (desc, t) in enumerate(free):
+        key += _tensor_entries(f"free tensor {desc}", f"F[{j}]", t, identity=desc.startswith("self."))
+    for j, t in enumerate(constants):
+        key.append(KeyEntry(f"constant {j}", "version", f"C[{j}]._version", t._version))
+    key.append(KeyEntry("grad mode", "enabled", "G.enabled", grad_mode._state.enabled))
+    if module is not None:
+        flags = tuple(m.training for m in module.modules()) if hasattr(module, "modules") else (module.training,)
+        key.append(KeyEntry("module", "training flags", "_training(M)", flags))
+    return key

@@ -23,6 +23,8 @@ def to_torch(x):
     if isinstance(x, torch.Tensor):
         return x.detach()
     if isinstance(x, (list, tuple)):
+        if hasattr(x, "_fields"):  # named tuple (values, indices)
+            return type(x)(*(to_torch(v) for v in x))
         return type(x)(to_torch(v) for v in x)
     return x
 

@@ -18,9 +18,22 @@ import tensorplay as tp
 from tensorplay.testing import assert_close, record_ops
 
 
+def _same_layout_copy(x):
+    """A copy with exactly the strides of ``x`` (``clone`` makes non-dense slices contiguous,
+    which would test tp on a different layout than torch)."""
+    if x.numel() > 1 and 0 not in x.stride() and not x.is_contiguous():
+        try:
+            t = torch.empty_strided(x.shape, x.stride(), dtype=x.dtype, device=x.device)
+            t.copy_(x)
+            return t
+        except RuntimeError:   # overlapping strides
+            pass
+    return x.clone()
+
+
 def to_tp(x, requires_grad=False):
     if isinstance(x, torch.Tensor):
-        t = tp.from_torch(x.detach().clone())
+        t = tp.from_torch(_same_layout_copy(x.detach()))
         if requires_grad:
             t.requires_grad_()
         return t

@@ -49,7 +49,7 @@ def _run(roots, retain_graph, create_graph, targets=None, capture=None):
     instead of flowing further (grad()); ``None`` means accumulate into leaves (backward())."""
     # 1. dependency counts over the reachable graph (iterative DFS)
     deps: dict = {}
-    stack = [e[0] for e, _ in roots if e is not None]
+    stack = list(dict.fromkeys(e[0] for e, _ in roots if e is not None))  # a node rooted twice counts once
     seen = set(stack)
     while stack:
         n = stack.pop()

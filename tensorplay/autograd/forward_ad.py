@@ -86,7 +86,10 @@ def propagate(op, args, outs, old_self=None):
     tangents = [t._fw_grad if isinstance(t, Tensor) else None for t in slots]
     if all(t is None for t in tangents):
         if op.is_inplace:
-            args[op.schema.mutated_pos]._fw_grad = None
+            self_ = args[op.schema.mutated_pos]
+            self_._fw_grad = None
+            if self_._base is not None and self_._base._fw_grad is not None:
+                _write_base_tangent(self_, None)
         return
     level = _fw.level
     _fw.level = 0
@@ -104,6 +107,29 @@ def propagate(op, args, outs, old_self=None):
     for o, t in zip(outs, touts):
         if isinstance(o, Tensor) and t is not None and (o._data.is_floating_point() or o._data.is_complex()):
             _set_tangent(o, t.detach())
+    if op.is_inplace:
+        self_ = args[op.schema.mutated_pos]
+        if self_._base is not None:
+            _write_base_tangent(self_, self_._fw_grad)
+
+
+def _write_base_tangent(view, tangent):
+    """An in-place op on a view changed part of its base: the base's tangent gets the view's new
+    tangent (zeros if None) in that region (the forward-mode twin of CopySlices)."""
+    from .graph import view_replay
+    base = view._base
+    level = _fw.level
+    _fw.level = 0
+    try:
+        bt = base._fw_grad.clone() if base._fw_grad is not None else _wrap(torch.zeros_like(base._data))
+        region = view_replay(view)(bt)
+        if tangent is None:
+            region.zero_()
+        else:
+            region.copy_(tangent)
+    finally:
+        _fw.level = level
+    _set_tangent(base, bt)
 
 
 def _double_vjp(op, args, tangents, old_self):

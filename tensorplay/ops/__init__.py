@@ -12,8 +12,12 @@ formula (and its ``save=``), tags; then a line in the op test table.
 """
 from __future__ import annotations
 
+import numbers
+
+import torch
+
 from .registry import OPS, OpDef, call, get, register  # noqa: F401
-from . import factories, pointwise, reduction, view, sorting, linalg, nn_ops  # noqa: F401  (registration)
+from . import factories, pointwise, reduction, view, sorting, linalg, nn_ops, functional_ops  # noqa: F401  (registration)
 from .._tensor import Tensor
 
 __all__ = ["OPS", "OpDef", "get", "register"]
@@ -23,6 +27,17 @@ def _reflect(fn):
     def r(self, other):
         return fn(other, self)
     return r
+
+
+def _eq_dunder(fn):
+    """``x == None`` / ``x == "a"`` is False (Python falls back to identity), as in PyTorch."""
+    def d(self, other):
+        if not isinstance(other, (Tensor, numbers.Number, torch.Tensor)):
+            return NotImplemented
+        return fn(self, other)
+    d.__name__ = fn.__name__
+    d._opdef = fn._opdef
+    return d
 
 
 def _install():
@@ -35,11 +50,19 @@ def _install():
         if op.method and op.method not in own:
             setattr(Tensor, op.method, op.fn)
         for d in op.dunders:
-            setattr(Tensor, d, op.fn)
+            setattr(Tensor, d, _eq_dunder(op.fn) if d in ("__eq__", "__ne__") else op.fn)
         for d in op.rdunders:
             setattr(Tensor, d, _reflect(op.fn))
     for name, extra in getattr(view, "EXTRA_METHODS", {}).items():
         setattr(Tensor, name, extra)
+    # Python-level entry points that dispatch among several table ops (e.g. tp.max -> max /
+    # max_dim / maximum, tp.unique -> unique with the requested outputs)
+    for mod in (reduction, sorting):
+        for name, extra in getattr(mod, "EXTRA_METHODS", {}).items():
+            setattr(Tensor, name, extra)
+        for name, fn in getattr(mod, "EXTRA_FUNCTIONS", {}).items():
+            g[name] = fn
+            __all__.append(name)
 
 
 _install()

@@ -91,9 +91,15 @@ class OpDef:
 
 OPS: dict[str, OpDef] = {}
 
+#: file name of generated functions (tracebacks and source-line reports skip these frames)
+GENERATED = "<tensorplay-generated>"
+
 #: Callbacks ``f(op, args, result)`` run after every eager op call (tests check meta functions
 #: with it; the profiler records ops with it).  Empty in normal use: one truthiness test per call.
 observers: list = []
+#: Callbacks ``raw_args = f(op, raw_args)`` run before the kernel (symbolic capture turns every
+#: tensor argument into a meta tensor with it).  Empty in normal use.
+pre_observers: list = []
 
 
 def _log_op(op, args, outs):
@@ -125,7 +131,7 @@ def torch_adapter(schema: Schema, target: Callable) -> Callable:
     call_args = ", ".join(pos + [f"{k}={k}" for k in kw])
     src = f"def _kernel({params}):\n    return _target({call_args})\n"
     ns = {"_target": target}
-    exec(src, ns)
+    exec(compile(src, GENERATED, "exec"), ns)
     return ns["_kernel"]
 
 
@@ -234,7 +240,7 @@ def _make_function(op: OpDef) -> Callable:
     tup = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
     src = f"def {s.name}({', '.join(params)}):\n{body}    return _call(_op, {tup})\n"
     ns = {"_call": call, "_op": op}
-    exec(src, ns)
+    exec(compile(src, GENERATED, "exec"), ns)
     fn = ns[s.name]
     fn.__doc__ = f"{s.text}\n\n{op.doc}".strip()
     fn.__qualname__ = s.name
@@ -361,6 +367,9 @@ def call(op: OpDef, args: tuple):
     fw_old = None
     if _fw_state.level and mp is not None and isinstance(args[mp], Tensor):
         fw_old = _wrap(args[mp]._data.clone())
+    if pre_observers:
+        for f in pre_observers:
+            raw = f(op, raw)
     try:
         out = op.eager(*raw)
     except Exception as e:

@@ -326,14 +326,8 @@ class Lowered:
         self.example_inputs = [x for x in leaves if isinstance(x, Tensor)] + [f.tensor for f in cap.free]
         gm = cap.gm
         gates_after_dce = cf.options["debug.gates_after_dce"]
-        try:
-            from .passes import pipeline
-        except ImportError:  # TEMP until passes land
-            pipeline = None
-            self.replay = extract_replay(gm, cap.gates)
-        if pipeline is None:
-            pass
-        elif not gates_after_dce:
+        from .passes import pipeline
+        if not gates_after_dce:
             gm = _run_front(gm, cf.options, pipeline.run_passes, cap, self)
         else:
             if cf.options["passes.enabled"]:
@@ -362,9 +356,13 @@ class Lowered:
 
 
 def _run_front(gm, options, run_passes, cap, lowered):
-    """functionalise, extract gate replays (before DCE, Prop. 3.1), then the other passes."""
-    from .passes import functionalize as fz
-    fz.functionalize(gm)
+    """canonicalise and functionalise, extract gate replays (before DCE, Prop. 3.1), then the
+    other passes to a fixed point."""
+    from .passes.canonicalize import canonicalize
+    from .passes.functionalize import functionalize
+    canonicalize(gm)
+    functionalize(gm)
+    gm.graph.lint()
     gm.recompile()
     lowered.replay = extract_replay(gm, cap.gates)
     if options["passes.enabled"]:

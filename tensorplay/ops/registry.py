@@ -97,8 +97,9 @@ GENERATED = "<tensorplay-generated>"
 #: Callbacks ``f(op, args, result)`` run after every eager op call (tests check meta functions
 #: with it; the profiler records ops with it).  Empty in normal use: one truthiness test per call.
 observers: list = []
-#: Callbacks ``raw_args = f(op, raw_args)`` run before the kernel (symbolic capture turns every
-#: tensor argument into a meta tensor with it).  Empty in normal use.
+#: Callbacks ``raw_args = f(op, args, raw_args)`` run before the kernel (capture snapshots
+#: constants about to be mutated, and symbolic capture turns every tensor argument into a meta
+#: tensor with it).  Empty in normal use.
 pre_observers: list = []
 
 
@@ -369,7 +370,7 @@ def call(op: OpDef, args: tuple):
         fw_old = _wrap(args[mp]._data.clone())
     if pre_observers:
         for f in pre_observers:
-            raw = f(op, raw)
+            raw = f(op, args, raw)
     try:
         out = op.eager(*raw)
     except Exception as e:

@@ -333,3 +333,28 @@ def test_backend_failure_falls_back_unless_strict():
 def test_explain():
     text = tp.compiler.explain(_branchy, rnd(4).abs())
     assert "guards:" in text and "data gate" in text and "ops.mul" in text
+
+
+def test_constant_created_and_mutated_inside_function():
+    def g(x):
+        c = tp.tensor([1.0, 2.0])
+        c.add_(x)
+        return c
+    cg = tp.compile(g)
+    for v in ([1.0, 1.0], [-1.0, -1.0], [1.0, 1.0]):
+        x = tp.tensor(v)
+        assert_close(cg(x), g(x))
+
+
+def test_gate_on_tensor_mutated_before_the_gate():
+    def f(x):
+        y = x * 2
+        y.add_(1)
+        if y.sum() > 0:
+            return y
+        return -y
+    cf = tp.compile(f)
+    for v in ([1.0, 1.0], [-0.6, -0.6], [1.0, 1.0], [-0.6, -0.6], [-0.4, -0.4]):
+        x = tp.tensor(v)            # -0.6: y = -0.2 < 0 (other branch); -0.4: y = 0.2 > 0
+        assert_close(cf(x), f(x))
+    assert cf.counters["captures"] == 2

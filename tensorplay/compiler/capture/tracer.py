@@ -165,8 +165,9 @@ class Tracer:
                     node = self.graph.placeholder(name)
             self.free.append(FreeTensor(desc, get, t))
         else:
+            # a constant: snapshot its value now — the capture run may still mutate it in place
             attr = f"const_{len(self.constants)}"
-            self.constants[attr] = t
+            self.constants[attr] = _wrap(t._data.clone()) if self.execute else t
             first = next((n for n in self.graph.nodes if n.op not in ("placeholder",)), None)
             if first is None:
                 node = self.graph.get_attr(attr)
@@ -177,7 +178,20 @@ class Tracer:
         self._lifted[key] = node
         return node
 
-    # -- the dispatcher hook ------------------------------------------------------------------------
+    # -- the dispatcher hooks -----------------------------------------------------------------------
+    def before_op(self, op, args, raw):
+        """Before a kernel: a non-proxy tensor about to be mutated is lifted first (so a constant
+        is snapshotted before the capture run changes it); with execute=False every tensor
+        argument becomes a meta tensor."""
+        if not self.active:
+            return raw
+        mp = op.schema.mutated_pos
+        if mp is not None and isinstance(args[mp], Tensor):
+            self.node_of(args[mp])
+        if not self.execute:
+            return registry._to_meta_args(op.schema, raw)
+        return raw
+
     def on_op(self, op, args, outs):
         if not self.active:
             return
@@ -229,13 +243,14 @@ class Tracer:
         self._proxies.clear()
 
     def record_gate(self, proxy, kind, value):
-        node = self.node_of(proxy)
+        """The gate reads the tensor's value *now*: an explicit (pure) clone node marks the point,
+        so after functionalisation it reads the post-mutation value even if the tensor was
+        modified in place before the gate.  DCE removes it from the main graph later."""
+        from ...ops.registry import OPS
+        src = self.node_of(proxy)
+        node = self.graph.call_function(OPS["clone"], (src,), name=f"gate{len(self.gates)}")
+        node.meta["val"] = src.meta.get("val")
         self.gates.append(Gate(node, kind, value, where()))
-
-
-def _meta_args(op, raw):
-    """execute=False: run every kernel on meta tensors (free tensors and constants included)."""
-    return registry._to_meta_args(op.schema, raw)
 
 
 def _map_index(idx, f):
@@ -274,8 +289,7 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
     from .pytree import tree_unflatten
     p_args, p_kwargs = tree_unflatten(proxied, spec)
     registry.observers.append(tr.on_op)
-    if not execute:
-        registry.pre_observers.append(_meta_args)
+    registry.pre_observers.append(tr.before_op)
     tr.active = True
     try:
         if execute:
@@ -292,8 +306,7 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
     finally:
         tr.active = False
         registry.observers.remove(tr.on_op)
-        if not execute:
-            registry.pre_observers.remove(_meta_args)
+        registry.pre_observers.remove(tr.before_op)
     out_leaves, out_spec = tree_flatten(result)
     out_nodes, consts = [], []
     for leaf in out_leaves:

@@ -67,8 +67,13 @@ class Graph:
         elif base in _RESERVED:
             base = base + "_"
         n = self._names.get(base, 0)
+        name = base if n == 0 else f"{base}_{n}"
+        while name in self._names:          # a hint like "sum_1" may collide with a generated name
+            n += 1
+            name = f"{base}_{n}"
         self._names[base] = n + 1
-        return base if n == 0 else f"{base}_{n}"
+        self._names.setdefault(name, 1)
+        return name
 
     # -- building -----------------------------------------------------------------------------------
     def create_node(self, op, target, args=(), kwargs=None, name=None) -> Node:

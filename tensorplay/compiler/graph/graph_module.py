@@ -71,7 +71,7 @@ class GraphModule:
 
     def add_attr(self, name: str, value) -> str:
         base, i = name, 0
-        while hasattr(self, name) and name not in self._attrs:
+        while hasattr(self, name):      # never overwrite an existing attribute
             i += 1
             name = f"{base}_{i}"
         self._attrs[name] = value

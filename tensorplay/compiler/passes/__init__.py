@@ -16,17 +16,15 @@ regions            mark maximal connected groups of pointwise nodes (``node.meta
 functionalize      in-place ops and mutation through views -> pure ops + scatter inverses (§4.4)
 pipeline           :func:`run_passes`: functionalise once, then the rest to a fixed point
 =================  ============================================================================
-"""
-from .canonicalize import canonicalize
-from .constant_fold import constant_fold
-from .cse import cse
-from .dce import dce
-from .decompose import DecompositionCycleError, decompose, decomposition_depth
-from .functionalize import functionalize
-from .pipeline import DEFAULT_PASSES, run_passes
-from .regions import regions
-from .simplify import simplify
 
-__all__ = ["canonicalize", "simplify", "constant_fold", "decompose", "decomposition_depth",
-           "DecompositionCycleError", "cse", "dce", "regions", "functionalize", "run_passes",
-           "DEFAULT_PASSES"]
+Each pass lives in the module of the same name; import the function from there
+(``from tensorplay.compiler.passes.cse import cse``) or use the module attribute
+(``passes.cse.cse(gm)``).  The package itself exports the modules, :func:`run_passes`,
+:func:`decomposition_depth` and :class:`DecompositionCycleError`.
+"""
+from . import canonicalize, constant_fold, cse, dce, decompose, functionalize, pipeline, regions, simplify  # noqa: F401
+from .decompose import DecompositionCycleError, decomposition_depth
+from .pipeline import DEFAULT_PASSES, run_passes
+
+__all__ = ["canonicalize", "simplify", "constant_fold", "decompose", "cse", "dce", "regions", "functionalize",
+           "pipeline", "run_passes", "decomposition_depth", "DecompositionCycleError", "DEFAULT_PASSES"]

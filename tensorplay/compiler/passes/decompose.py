@@ -24,6 +24,9 @@ ordering (Dershowitz–Manna): one expansion removes an element of depth d and a
 < d only, so the measure strictly decreases; multiset orderings over a well-founded order are
 well-founded.
 
+A decomposition that cannot be traced on meta values (a data-dependent branch, a node without
+meta) leaves its node in place, with the reason in ``node.meta["decompose_error"]``.
+
 The module also holds the trace-and-splice helper shared with canonicalisation.
 """
 from __future__ import annotations
@@ -112,7 +115,7 @@ def splice(gm, before: Node, cap, inputs):
                 new = g.get_attr(attr)
             else:
                 new = g.create_node(n.op, n.target, map_arg(n.args, env.__getitem__),
-                                    map_arg(n.kwargs, env.__getitem__), name=n.name)
+                                    map_arg(n.kwargs, env.__getitem__))
             new.meta = dict(n.meta)
             env[n] = new
     it_nodes = iter(outs)
@@ -135,7 +138,7 @@ def replace_with_trace(gm, node: Node, fn, args, kwargs=None, *, check_meta=True
 
 def _redirect(gm, node, leaves, check_meta):
     old = node.meta.get("val")
-    if isinstance(old, (tuple, list)):
+    if isinstance(old, (tuple, list)) or len(leaves) != 1:
         for u in list(node.users):
             if u.op == "call_function" and u.target is operator.getitem and u.args[0] is node:
                 r = leaves[u.args[1]]
@@ -261,22 +264,33 @@ def decomposition_depth(op_name: str, basis=None, args=None) -> int:
 # the pass
 # ---------------------------------------------------------------------------------------------
 def decompose(gm, basis=None) -> bool:
-    """Expand every node whose op is outside ``basis`` and has a decomposition (module doc)."""
+    """Expand every node whose op is outside ``basis`` and has a decomposition (module doc, §4.3).
+    Measure: the multiset of decomposition depths of the nodes outside the basis (Prop. 4.3);
+    raises DecompositionCycleError before rewriting a node whose depth is undefined."""
     if basis is None:
         return False
     basis = set(basis)
     g = gm.graph
     changed = False
-    work = [n for n in g.nodes if n.op == "call_function" and _expandable(n.opdef, basis)]
+    from ..capture.proxy import CaptureError
+
+    def wanted(n):
+        return n.op == "call_function" and _expandable(n.opdef, basis) and "decompose_error" not in n.meta
+    work = [n for n in g.nodes if wanted(n)]
     while work:
         node = work.pop(0)
-        if node.graph is not g or node not in g.nodes:
+        if node not in g.nodes:
             continue
         op = node.opdef
-        decomposition_depth(op.name, basis, node.args)      # raises on a cycle before any rewrite
         before = set(g.nodes)
-        replace_with_trace(gm, node, op.decomp, node.args)
+        try:
+            decomposition_depth(op.name, basis, node.args)      # raises on a cycle before any rewrite
+            replace_with_trace(gm, node, op.decomp, node.args)
+        except (CaptureError, MissingMeta) as e:
+            # not traceable symbolically (e.g. a data-dependent branch): the node stays, the
+            # backend runs it as an extern op; recorded so that the fixed point is not disturbed
+            node.meta["decompose_error"] = str(e)
+            continue
         changed = True
-        work = [n for n in g.nodes if n not in before and n.op == "call_function"
-                and _expandable(n.opdef, basis)] + work
+        work = [n for n in g.nodes if n not in before and wanted(n)] + work
     return changed

@@ -129,7 +129,9 @@ def _aliases(node: Node) -> bool:
         out = d.run_meta(inp, *_meta_args(node.args[1:]))
     except Exception:
         return d.name not in ("reshape", "flatten", "contiguous")
-    return isinstance(out, torch.Tensor) and (out is inp or out._base is inp)
+    # run_meta converts its input to a fresh meta tensor (no _base), so an output with a _base
+    # is a view of that input
+    return isinstance(out, torch.Tensor) and out._base is not None
 
 
 def _multi_view_step(prod: Node, i: int):
@@ -357,8 +359,9 @@ class _State:
 
 
 def functionalize(gm) -> bool:
-    """Rewrite in-place ops and mutation through views into pure ops (see module docstring).
-    Returns True if the graph changed."""
+    """Rewrite in-place ops and mutation through views into pure ops (module doc, §4.4, Prop. 4.4).
+    Measure: the number of in-place nodes other than write-backs (and private-clone fills);
+    one sweep brings it to 0.  Returns True if the graph changed."""
     g = gm.graph
     changed = False
     if any(n.op == "call_method" or (n.op == "call_function" and n.opdef is None and n.target is not operator.getitem)
@@ -374,8 +377,10 @@ def functionalize(gm) -> bool:
             st.record(n, None)
         elif n.op == "output":
             st.finish(n)
-        elif is_writeback(n) or n.meta.get("private_inplace"):
-            st._rewrite_inputs(n) if not is_writeback(n) else None
+        elif is_writeback(n):                 # from an earlier run: reads final values already
+            st.record(n, None)
+        elif n.meta.get("private_inplace"):     # fills a private clone: a pure value
+            st._rewrite_inputs(n)
             st.record(n, None)
         elif is_mutation(n):
             st.mutate(n)

@@ -1,0 +1,65 @@
+"""Dead-code elimination by backward reachability (chapter §4.1).
+
+The live nodes are those reachable backwards (through arguments) from the *roots*: the output, the
+placeholders (the signature is kept even for unused inputs), in-place ops (their effect is
+observable: the write-backs of functionalisation, or mutation before it), and calls the pass cannot
+prove pure (``call_method``, ``call_module``, ``call_function`` of something that is neither an
+op-table entry nor ``operator.getitem``).  Every other node is dead and erased, in reverse order;
+unused ``get_attr`` constants also lose their attribute.  Linear time.
+
+Random ops without users are dead too and are removed: a draw nobody reads has no observable value.
+The one observable consequence is the random-number stream — eager would have advanced the
+generator for the removed draw, so later draws in the same program differ from eager's (as with
+any compiler that eliminates dead random ops; compare distributions, not bits, for random programs).
+
+Data gates (§3.5) must be extracted before this pass runs (invariant 2): their backward slice may
+be dead in the graph.
+
+Termination measure: the number of nodes (each step erases one).
+"""
+from __future__ import annotations
+
+import operator
+
+from ..graph.node import Node
+
+__all__ = ["dce", "is_root"]
+
+
+def is_root(n: Node) -> bool:
+    """Nodes DCE must keep regardless of users."""
+    if n.is_impure:
+        return True
+    if n.op in ("call_method", "call_module"):
+        return True
+    if n.op == "call_function" and n.opdef is None and n.target is not operator.getitem:
+        return True
+    return False
+
+
+def dce(gm) -> bool:
+    """Erase the nodes not backward-reachable from the roots (module doc, §4.1).
+    Measure: the number of nodes; True iff a node was erased."""
+    g = gm.graph
+    live = set()
+    stack = [n for n in g.nodes if is_root(n)]
+    while stack:
+        n = stack.pop()
+        if n in live:
+            continue
+        live.add(n)
+        stack.extend(n.all_input_nodes)
+    dead = [n for n in g.nodes if n not in live]
+    if not dead:
+        return False
+    for n in reversed(dead):
+        g.erase_node(n)
+    used_attrs = {n.target for n in g.nodes if n.op == "get_attr"}
+    for n in dead:
+        if n.op == "get_attr" and n.target not in used_attrs and n.target in gm._attrs:
+            del gm._attrs[n.target]
+            try:
+                delattr(gm, n.target)
+            except AttributeError:
+                pass
+    return True

@@ -1,0 +1,30 @@
+"""The layers of ``tp.nn`` (one file per family; ``module.py`` holds the ``Module`` base class)."""
+from .module import Module, RemovableHandle
+from .linear import Identity, Linear, Bilinear, LazyLinear, Flatten, Unflatten
+from .activation import (ReLU, ReLU6, LeakyReLU, ELU, GELU, SiLU, Mish, Tanh, Sigmoid, Softplus, Softmax, LogSoftmax,
+                         Hardtanh, PReLU, Softsign, Tanhshrink)
+from .normalization import LayerNorm, RMSNorm, GroupNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
+from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
+from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
+from .pooling import (MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool1d, AdaptiveAvgPool2d,
+                      AdaptiveMaxPool2d)
+from .container import Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict
+from .sparse import Embedding
+from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, SmoothL1Loss, HuberLoss,
+                   KLDivLoss)
+from .transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
+
+__all__ = [
+    "Module", "RemovableHandle", "Identity", "Linear", "Bilinear", "LazyLinear", "Flatten", "Unflatten",
+    "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid", "Softplus", "Softmax", "LogSoftmax",
+    "Hardtanh", "PReLU", "Softsign", "Tanhshrink",
+    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+    "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
+    "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
+    "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
+    "Embedding",
+    "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
+    "KLDivLoss",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
+]

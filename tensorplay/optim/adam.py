@@ -1,0 +1,113 @@
+"""Adam (Kingma & Ba, 2015) and AdamW (Loshchilov & Hutter, 2019).
+
+For each parameter θ with gradient g (negated when ``maximize``), at step t::
+
+    θ ← θ (1 − lr·λ)                      AdamW only: decoupled weight decay
+    g ← g + λθ                            Adam only: L2 weight decay (λ = weight_decay)
+    m ← β₁ m + (1 − β₁) g                 first moment   (``exp_avg``)
+    v ← β₂ v + (1 − β₂) g²                second moment  (``exp_avg_sq``)
+    v̂ ← max(v̂, v)                         amsgrad only   (``max_exp_avg_sq``)
+    θ ← θ − lr/(1 − β₁ᵗ) · m / (√v / √(1 − β₂ᵗ) + ε)     (v̂ in place of v with amsgrad)
+
+State per parameter: ``step`` (float32 0-d tensor), ``exp_avg``, ``exp_avg_sq`` [, ``max_exp_avg_sq``],
+as in PyTorch.  The operations and their order are PyTorch's, so results agree with
+``torch.optim.Adam/AdamW`` to the last bit or so.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+from .._tensor import _wrap
+from ..autograd.grad_mode import no_grad
+from .optimizer import Optimizer, _state_step
+
+__all__ = ["Adam", "AdamW"]
+
+
+class Adam(Optimizer):
+    _decoupled = False
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 0.0,
+                 amsgrad: bool = False, *, maximize: bool = False, foreach=None, capturable: bool = False,
+                 differentiable: bool = False, fused=None, decoupled_weight_decay: bool | None = None):
+        if not 0.0 <= lr:
+            raise ValueError(f"Invalid learning rate: {lr}")
+        if not 0.0 <= eps:
+            raise ValueError(f"Invalid epsilon value: {eps}")
+        if not 0.0 <= betas[0] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 0: {betas[0]}")
+        if not 0.0 <= betas[1] < 1.0:
+            raise ValueError(f"Invalid beta parameter at index 1: {betas[1]}")
+        if not 0.0 <= weight_decay:
+            raise ValueError(f"Invalid weight_decay value: {weight_decay}")
+        if decoupled_weight_decay is None:
+            decoupled_weight_decay = self._decoupled
+        defaults = dict(lr=lr, betas=tuple(betas), eps=eps, weight_decay=weight_decay, amsgrad=amsgrad,
+                        maximize=maximize, foreach=foreach, capturable=capturable, differentiable=differentiable,
+                        fused=fused, decoupled_weight_decay=decoupled_weight_decay)
+        super().__init__(params, defaults)
+
+    def _init_state(self, p, state, amsgrad):
+        d = p._data
+        state["step"] = _wrap(torch.tensor(0.0, dtype=torch.float32))
+        state["exp_avg"] = _wrap(torch.zeros_like(d, memory_format=torch.preserve_format))
+        state["exp_avg_sq"] = _wrap(torch.zeros_like(d, memory_format=torch.preserve_format))
+        if amsgrad:
+            state["max_exp_avg_sq"] = _wrap(torch.zeros_like(d, memory_format=torch.preserve_format))
+
+    def step(self, closure=None):
+        loss = self._closure(closure)
+        with no_grad():
+            for group in self.param_groups:
+                lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+                wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
+                decoupled = group.get("decoupled_weight_decay", self._decoupled)
+                for p in group["params"]:
+                    if p._grad is None:
+                        continue
+                    param = p._data
+                    grad = p._grad._data
+                    if grad.is_sparse:
+                        raise RuntimeError("Adam does not support sparse gradients")
+                    state = self.state[p]
+                    if len(state) == 0:
+                        self._init_state(p, state, amsgrad)
+                    if amsgrad and "max_exp_avg_sq" not in state:
+                        state["max_exp_avg_sq"] = _wrap(torch.zeros_like(param))
+                    if maximize:
+                        grad = -grad
+                    step = _state_step(state, param.device)
+                    if wd != 0:
+                        if decoupled:
+                            param.mul_(1 - lr * wd)
+                        else:
+                            grad = grad.add(param, alpha=wd)
+                    exp_avg, exp_avg_sq = state["exp_avg"]._data, state["exp_avg_sq"]._data
+                    exp_avg.lerp_(grad, 1 - beta1)
+                    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    bias_correction1 = 1 - beta1 ** step
+                    bias_correction2 = 1 - beta2 ** step
+                    step_size = lr / bias_correction1
+                    bias_correction2_sqrt = math.sqrt(bias_correction2)
+                    if amsgrad:
+                        mx = state["max_exp_avg_sq"]._data
+                        torch.maximum(mx, exp_avg_sq, out=mx)
+                        denom = (mx.sqrt() / bias_correction2_sqrt).add_(eps)
+                    else:
+                        denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
+                    param.addcdiv_(exp_avg, denom, value=-step_size)
+        return loss
+
+
+class AdamW(Adam):
+    """Adam with decoupled weight decay (default ``weight_decay=1e-2``)."""
+    _decoupled = True
+
+    def __init__(self, params, lr: float = 1e-3, betas=(0.9, 0.999), eps: float = 1e-8, weight_decay: float = 1e-2,
+                 amsgrad: bool = False, *, maximize: bool = False, foreach=None, capturable: bool = False,
+                 differentiable: bool = False, fused=None):
+        super().__init__(params, lr, betas, eps, weight_decay, amsgrad, maximize=maximize, foreach=foreach,
+                         capturable=capturable, differentiable=differentiable, fused=fused,
+                         decoupled_weight_decay=True)

@@ -1,0 +1,121 @@
+"""Datasets: the map-style protocol (``__getitem__``/``__len__``) and a few compositions."""
+from __future__ import annotations
+
+import bisect
+import math
+
+import torch
+
+from ..._tensor import Tensor
+
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split"]
+
+
+class Dataset:
+    """A map-style dataset: ``dataset[i]`` is the i-th sample; subclasses define ``__getitem__``
+    and ``__len__``.  ``a + b`` concatenates two datasets."""
+
+    def __getitem__(self, index):
+        raise NotImplementedError(f"{type(self).__name__} must implement __getitem__")
+
+    def __add__(self, other):
+        return ConcatDataset([self, other])
+
+
+class IterableDataset(Dataset):
+    """A stream of samples (``__iter__``); the DataLoader batches it in order (no shuffling)."""
+
+    def __iter__(self):
+        raise NotImplementedError(f"{type(self).__name__} must implement __iter__")
+
+
+class TensorDataset(Dataset):
+    """Sample ``i`` is ``tuple(t[i] for t in tensors)``; all tensors share their first dimension."""
+
+    def __init__(self, *tensors):
+        if not tensors:
+            raise ValueError("TensorDataset: at least one tensor is required")
+        for t in tensors:
+            if not isinstance(t, (Tensor, torch.Tensor)):
+                raise TypeError(f"TensorDataset: expected Tensors, got {type(t).__name__}")
+            if t.dim() == 0:
+                raise ValueError("TensorDataset: tensors must have at least one dimension")
+        n = tensors[0].shape[0]
+        if any(t.shape[0] != n for t in tensors):
+            raise ValueError("Size mismatch between tensors: TensorDataset needs the same first dimension, got "
+                             + ", ".join(str(list(t.shape)) for t in tensors))
+        self.tensors = tensors
+
+    def __getitem__(self, index):
+        return tuple(t[index] for t in self.tensors)
+
+    def __len__(self):
+        return self.tensors[0].shape[0]
+
+
+class Subset(Dataset):
+    """The samples of ``dataset`` at ``indices``, in that order."""
+
+    def __init__(self, dataset, indices):
+        self.dataset = dataset
+        self.indices = list(indices)
+
+    def __getitem__(self, idx):
+        if isinstance(idx, list):
+            return self.dataset[[self.indices[i] for i in idx]]
+        return self.dataset[self.indices[idx]]
+
+    def __len__(self):
+        return len(self.indices)
+
+
+class ConcatDataset(Dataset):
+    """Several datasets one after the other."""
+
+    def __init__(self, datasets):
+        self.datasets = list(datasets)
+        if not self.datasets:
+            raise ValueError("ConcatDataset: datasets should not be an empty iterable")
+        for d in self.datasets:
+            if isinstance(d, IterableDataset):
+                raise TypeError("ConcatDataset does not support IterableDataset")
+        self.cumulative_sizes = []
+        total = 0
+        for d in self.datasets:
+            total += len(d)
+            self.cumulative_sizes.append(total)
+
+    def __len__(self):
+        return self.cumulative_sizes[-1]
+
+    def __getitem__(self, idx):
+        if idx < 0:
+            if -idx > len(self):
+                raise IndexError(f"ConcatDataset: index {idx} out of range for length {len(self)}")
+            idx += len(self)
+        if idx >= len(self):
+            raise IndexError(f"ConcatDataset: index {idx} out of range for length {len(self)}")
+        k = bisect.bisect_right(self.cumulative_sizes, idx)
+        start = 0 if k == 0 else self.cumulative_sizes[k - 1]
+        return self.datasets[k][idx - start]
+
+
+def random_split(dataset, lengths, generator=None):
+    """Split into non-overlapping random subsets of the given lengths (or fractions summing to 1)."""
+    n = len(dataset)
+    lengths = list(lengths)
+    if lengths and all(0 <= x <= 1 for x in lengths) and math.isclose(sum(lengths), 1) and sum(lengths) <= 1 + 1e-9 \
+            and not all(isinstance(x, int) for x in lengths):
+        sizes = [int(math.floor(n * f)) for f in lengths]
+        for i in range(n - sum(sizes)):
+            sizes[i % len(sizes)] += 1
+        lengths = sizes
+    if sum(lengths) != n:
+        raise ValueError(f"random_split: sum of input lengths ({sum(lengths)}) does not equal the length of the "
+                         f"input dataset ({n})")
+    perm = torch.randperm(n, generator=generator).tolist()
+    out, start = [], 0
+    for ln in lengths:
+        out.append(Subset(dataset, perm[start:start + ln]))
+        start += ln
+    return out

@@ -358,3 +358,23 @@ def test_gate_on_tensor_mutated_before_the_gate():
         x = tp.tensor(v)            # -0.6: y = -0.2 < 0 (other branch); -0.4: y = 0.2 > 0
         assert_close(cf(x), f(x))
     assert cf.counters["captures"] == 2
+
+
+@pytest.mark.parametrize("dtype", [tp.float32, tp.float64, tp.int32, tp.int64, tp.float16, tp.bool])
+def test_eager_backend_scalar_hoisting_is_bit_exact(dtype):
+    """The raw eager path turns exactly representable Python numbers into 0-d tensors; results
+    must equal eager bit for bit for every dtype (including promotion int -> float)."""
+    def f(x):
+        return ((x * 2 + 1) - 3 * x, x * 0.1, 2 - x, x / 4, x * 2.5, x + (1 << 20))
+    if dtype == tp.bool:
+        x = tp.tensor([True, False, True])
+        f = lambda x: (x * 2, x + 1.5, x & True)  # noqa: E731
+    elif dtype.is_floating_point:
+        x = rnd(7, dtype=tp.float32).to(dtype)
+    else:
+        x = tp.randint(-50, 50, (7,), dtype=dtype)
+    cf = tp.compile(f)
+    cf(x)
+    for _ in range(2):
+        for a, b in zip(cf(x), f(x)):
+            assert_close(a, b, exact=True)

@@ -55,13 +55,51 @@ def raw_function(gm):
                 pass
             kname = f"K_{d.name}"
             ns[kname] = d.eager
-        args = ", ".join(_fmt_arg(a) for a in n.args)
+        args = ", ".join(_fmt_arg(a) for a in _hoist_scalars(n, ns))
         lines.append(f"    {n.name} = {kname}({args})")
     src = "\n".join(lines) + "\n"
     exec(compile(src, "<tp raw graph>", "exec"), ns)
     fn = ns["raw"]
     fn.source = src
     return fn
+
+
+_EXACT_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
+
+
+def _hoist_scalars(n, ns):
+    """Python-number operands of pointwise arithmetic become 0-d constant tensors made once here.
+
+    ATen wraps a Python scalar into a tensor on every call (~1.5 µs on the dev machine); a
+    prebuilt 0-d tensor of the op's result dtype gives the same result when the number is exactly
+    representable in that dtype (the scalar is converted to that dtype inside the kernel anyway),
+    so only then is it hoisted; comparisons, bool and half types keep the Python number."""
+    d = n.opdef
+    args = list(n.args)
+    val = n.meta.get("val")
+    if d is None or "pointwise" not in d.tags or d.is_inplace or "comparison" in d.tags or \
+            getattr(val, "dtype", None) not in _EXACT_DTYPES:
+        return args
+    for i in d.schema.tensor_pos:
+        v = args[i]
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            t = torch.tensor(v, dtype=val.dtype, device=val.device if val.device.type != "meta" else "cpu")
+            if t.item() != v or (isinstance(v, float) and val.dtype in (torch.int32, torch.int64)):
+                continue
+            name = f"S_{n.name}_{i}"
+            ns[name] = t
+            args[i] = _Raw(name)
+    return args
+
+
+class _Raw:
+    """An argument printed verbatim in generated code."""
+
+    def __init__(self, text):
+        self.text = text
+
+    def __repr__(self):
+        return self.text
 
 
 def eager_backend(gm, example_inputs, **kwargs):

@@ -10,7 +10,7 @@ specialization key, so the choice is fixed per artifact):
   kernel directly on torch tensors, wrapping only the outputs; no per-op dispatch overhead.  This is
   what makes the compiled call cheaper than tp eager even without Stax.
 
-Until the Stax issue lands, ``"stax"`` routes here too (its mode options are accepted and ignored).
+The Stax backend also routes here for regions that need autograd (until AOT autograd lands).
 """
 from __future__ import annotations
 
@@ -114,4 +114,3 @@ def eager_backend(gm, example_inputs, **kwargs):
 
 
 register_backend(eager_backend, name="eager")
-register_backend(eager_backend, name="stax")

@@ -1,0 +1,174 @@
+"""Parallel compilation of the kernels of one wrapper module (chapter §11.2).
+
+A generated wrapper module submits every kernel at its top level and waits once at the end::
+
+    from tensorplay.compiler.backends.stax.async_compile import AsyncCompile
+    async_compile = AsyncCompile()
+    kernel0 = async_compile.cpp('''extern "C" void kernel0(float* x, long n) {...}''', 'kernel0')
+    kernel1 = async_compile.cpp('''...''', 'kernel1')
+    async_compile.wait(globals())      # kernel0, kernel1 are now ctypes functions (restype None)
+
+``cpp`` hands the compilation to a shared thread pool and returns a placeholder at once; ``wait``
+replaces every placeholder in the given namespace by the compiled function.  Loading the module is
+thus "submit everything, then wait once": a greedy list schedule of the n compilations on P workers,
+whose makespan T obeys max(sum c_i / P, max c_i) <= T <= sum c_i / P + max c_i (Prop. 11.2).
+
+Threads suffice for C++: a worker spends its time waiting for the g++ subprocess, without the GIL.
+(Triton compilation runs largely in Python and would need a process pool.)
+
+Environment: ``TP_COMPILE_THREADS`` = pool size (default ``os.cpu_count()``); ``0`` compiles
+synchronously inside ``cpp`` (errors are then raised there, which is convenient for debugging).
+Cache hits never reach the pool: a kernel already loaded in this process resolves immediately, and
+one on disk costs a checksum and a ``dlopen`` in a worker.
+"""
+from __future__ import annotations
+
+import os
+import threading
+from concurrent.futures import Future, ThreadPoolExecutor
+
+from . import codecache
+from .codecache import CppCompileError
+
+__all__ = ["AsyncCompile", "CppKernelFuture", "compile_threads", "shutdown_pool"]
+
+
+def compile_threads() -> int:
+    """Pool size: ``$TP_COMPILE_THREADS`` if set (0 = synchronous), else ``os.cpu_count()``."""
+    env = os.environ.get("TP_COMPILE_THREADS", "").strip()
+    if env:
+        try:
+            n = int(env)
+        except ValueError:
+            raise ValueError(f"TP_COMPILE_THREADS={env!r} is not an integer") from None
+        if n < 0:
+            raise ValueError(f"TP_COMPILE_THREADS={n} must be >= 0")
+        return n
+    return os.cpu_count() or 1
+
+
+_pool: ThreadPoolExecutor | None = None
+_pool_size = 0
+_pool_lock = threading.Lock()
+
+
+def _get_pool(n: int) -> ThreadPoolExecutor:
+    """The shared pool (recreated if the requested size changed)."""
+    global _pool, _pool_size
+    with _pool_lock:
+        if _pool is None or _pool_size != n:
+            old = _pool
+            _pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="tp_compile")
+            _pool_size = n
+            if old is not None:
+                old.shutdown(wait=False)  # its queued work still finishes
+        return _pool
+
+
+def shutdown_pool(wait: bool = True) -> None:
+    """Shut the shared pool down (a later ``cpp`` creates a new one)."""
+    global _pool, _pool_size
+    with _pool_lock:
+        pool, _pool, _pool_size = _pool, None, 0
+    if pool is not None:
+        pool.shutdown(wait=wait)
+
+
+def _after_fork_in_child() -> None:  # the parent's worker threads do not exist in the child
+    global _pool, _pool_size, _pool_lock
+    _pool, _pool_size, _pool_lock = None, 0, threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
+
+
+class CppKernelFuture:
+    """Placeholder for a kernel being compiled; :meth:`result` gives the ctypes function."""
+
+    __slots__ = ("name", "source", "isa", "_future", "_fn")
+
+    def __init__(self, name: str, source: str, isa: str, future: Future):
+        self.name, self.source, self.isa, self._future, self._fn = name, source, isa, future, None
+
+    def done(self) -> bool:
+        return self._future.done()
+
+    def result(self):
+        """Wait for the library and return ``getattr(lib, name)`` with ``restype = None``.
+
+        A failure is raised as :class:`CppCompileError` naming the kernel."""
+        if self._fn is not None:
+            return self._fn
+        try:
+            lib = self._future.result()
+        except CppCompileError as e:
+            raise e.with_kernel_name(self.name) from e
+        except Exception as e:
+            raise CppCompileError(f"compiling failed: {type(e).__name__}: {e}",
+                                  kernel_name=self.name) from e
+        try:
+            fn = getattr(lib, self.name)
+        except AttributeError:
+            key = codecache.cpp_key(self.source, self.isa)
+            raise CppCompileError(
+                f"the compiled library has no function {self.name!r} "
+                f"(is it declared extern \"C\"?)",
+                source_path=codecache.entry_dir(key) / "kernel.cpp",
+                kernel_name=self.name) from None
+        fn.restype = None
+        self._fn = fn
+        return fn
+
+    def __call__(self, *args):
+        """Calling a placeholder waits for it (wrappers normally call ``wait`` first)."""
+        return self.result()(*args)
+
+    def __repr__(self) -> str:
+        state = "done" if self.done() else "pending"
+        return f"<CppKernelFuture {self.name!r} ({state})>"
+
+
+class AsyncCompile:
+    """Submit kernels with :meth:`cpp`, then resolve them all with :meth:`wait`."""
+
+    def cpp(self, source: str, name: str) -> CppKernelFuture:
+        """Start compiling ``source`` (which defines ``extern "C" void <name>(...)``)."""
+        isa = codecache.cpu_isa()  # resolved here, once, not by racing workers
+        fut: Future = Future()
+        n = compile_threads()
+        if n == 0:
+            try:
+                fut.set_result(codecache.load_cpp(source, isa))
+            except BaseException as e:  # noqa: BLE001 - re-raised just below with the name
+                fut.set_exception(e)
+            ph = CppKernelFuture(name, source, isa, fut)
+            ph.result()  # synchronous mode: raise now, at the kernel's line in the wrapper
+            return ph
+        key = codecache.cpp_key(source, isa)
+        lib = codecache._libs.get(key)
+        if lib is not None:  # already loaded in this process: no trip through the pool
+            codecache._count("cpp_hits")
+            fut.set_result(lib)
+        else:
+            fut = _get_pool(n).submit(codecache.load_cpp, source, isa)
+        return CppKernelFuture(name, source, isa, fut)
+
+    def wait(self, scope: dict) -> None:
+        """Replace every :class:`CppKernelFuture` value in ``scope`` (e.g. ``globals()``) by its
+        compiled function.  Waits for all of them; the first failure is raised (naming the
+        kernel), with the names of any other failed kernels appended."""
+        pending = [(k, v) for k, v in list(scope.items()) if isinstance(v, CppKernelFuture)]
+        errors = []
+        for k, ph in pending:
+            try:
+                scope[k] = ph.result()
+            except CppCompileError as e:
+                errors.append(e)
+        if errors:
+            first = errors[0]
+            if len(errors) > 1:
+                others = ", ".join(repr(e.kernel_name) for e in errors[1:])
+                first.message += f" (also failed: {others})"
+                first.args = (first._text(),)
+            raise first

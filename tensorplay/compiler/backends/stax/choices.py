@@ -1,0 +1,96 @@
+"""Named, replaceable heuristics of Stax (invariant 7; chapter §6.6, §7.3, §8.4).
+
+* :func:`should_realize` — materialisation (§6.6): write a value to memory, or recompute it in
+  every reader?
+* :func:`can_fuse` — legality of putting two scheduler groups in one kernel (§7.3, Prop. 7.1–7.3).
+* :func:`score_fusion` — the benefit of a legal fusion, a tuple compared lexicographically:
+  (shared bytes, -distance in the node order) — bytes saved first, then prefer near pairs.
+* :func:`parallel_depth` — how many outer loops an OpenMP kernel parallelises (Alg. 8.1).
+
+Experiment 4 changes ``score_fusion`` or disables horizontal fusion (``HORIZONTAL_FUSION``).
+"""
+from __future__ import annotations
+
+import math
+import os
+
+import sympy
+
+from .ops_handler import CountingHandler, set_handler
+
+__all__ = ["should_realize", "can_fuse", "score_fusion", "parallel_depth", "HORIZONTAL_FUSION",
+           "MAX_INLINE_OPS", "PARALLEL_MIN_WORK"]
+
+#: a value read by several consumers is recomputed by each unless it costs more than this many ops
+MAX_INLINE_OPS = 24
+#: fuse groups that share an input but do not depend on each other (example 7.2: sum and amax of e)
+HORIZONTAL_FUSION = os.environ.get("TP_STAX_HORIZONTAL_FUSION", "1") != "0"
+#: below this many elements of work a kernel runs on one thread (fork/join costs ~µs)
+PARALLEL_MIN_WORK = 1 << 15
+
+
+def price(loops) -> CountingHandler:
+    """Count ops/loads/transcendental calls of one element of an unrealized value."""
+    h = CountingHandler()
+    idx = [sympy.Symbol(f"p{i}", integer=True) for i in range(len(loops.ranges))]
+    with set_handler(h):
+        if hasattr(loops, "reduction_ranges"):
+            ridx = [sympy.Symbol(f"q{i}", integer=True) for i in range(len(loops.reduction_ranges))]
+            loops.inner_fn(idx, ridx)
+        else:
+            loops.inner_fn(idx)
+    return h
+
+
+def should_realize(loops, node) -> bool:
+    """Materialisation cost model (§6.6, CPU).  A pointwise value with one reader is always
+    inlined (recomputing it costs nothing extra).  With several readers it is written to memory
+    when recomputation is expensive: it calls a transcendental function (exp, log, tanh, erf...:
+    tens of cycles per element, more than reading it back from cache) or has more than
+    MAX_INLINE_OPS ops.  Otherwise each reader recomputes it (no write, no extra read)."""
+    users = [u for u in node.users if u.op != "output"]
+    n_readers = len(users) + (1 if any(u.op == "output" for u in node.users) else 0)
+    if n_readers <= 1:
+        return False
+    p = price(loops)
+    return p.transcendental > 0 or p.ops > MAX_INLINE_OPS
+
+
+def can_fuse(sched, g1, g2) -> bool:
+    """Legality (§7.3): same iteration space (Def. 7.2), every dependency between them reads the
+    element computed in the same (or an earlier) iteration (Prop. 7.2/7.3), and no path
+    g1 -> x -> g2 through a node outside both (Prop. 7.1: fusion must keep the graph acyclic)."""
+    if g1.is_extern or g2.is_extern:
+        return False
+    sig = sched.merged_signature(g1, g2)
+    if sig is None:
+        return False
+    if not HORIZONTAL_FUSION and not sched.depends(g1, g2) and not sched.depends(g2, g1):
+        return False
+    if sched.path_through_other(g1, g2) or sched.path_through_other(g2, g1):
+        return False
+    return sched.dependencies_aligned(g1, g2, sig)
+
+
+def score_fusion(sched, g1, g2):
+    """Lexicographic score: bytes the fusion saves (buffers one writes and the other reads, plus
+    inputs both read), then closeness in the original order."""
+    shared = 0
+    for name in (g1.writes & g2.reads) | (g2.writes & g1.reads) | (g1.reads & g2.reads):
+        shared += sched.buffer_bytes(name)
+    distance = abs(g1.order - g2.order)
+    return (shared, -distance)
+
+
+def parallel_depth(outer_sizes, inner_numel, threads) -> int:
+    """Algorithm 8.1: parallelise the fewest outer loops whose combined trip count gives every
+    thread work (>= threads), and only if the total work pays for the fork/join."""
+    total = math.prod(outer_sizes) * max(inner_numel, 1)
+    if total < PARALLEL_MIN_WORK or not outer_sizes:
+        return 0
+    acc = 1
+    for depth, s in enumerate(outer_sizes, start=1):
+        acc *= s
+        if acc >= threads:
+            return depth
+    return len(outer_sizes)

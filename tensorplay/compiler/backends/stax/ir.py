@@ -1,0 +1,216 @@
+"""Loop-level IR (chapter §6): values are functions from an index to a value.
+
+* :class:`Pointwise` — ``inner_fn(index) -> value`` over ``ranges`` (the output shape).
+* :class:`Reduction` — ``inner_fn(index, rindex) -> value`` reduced over ``reduction_ranges`` with a
+  monoid (``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``, ``argmax``, ``argmin``); the
+  reduction is associative, so the kernel may split it into several vector accumulators
+  (invariant 6).
+* Buffers — memory: :class:`InputBuffer` (graph inputs and constants), :class:`ComputedBuffer`
+  (a Pointwise/Reduction written to memory — *materialised*), :class:`ExternBuffer` (result of an
+  ATen call: matmul, conv, sort, ... or of a *fallback* eager call for ops with no lowering).
+* :class:`ReinterpretView` — a buffer seen through another (size, stride, offset): every strided
+  view of a realized value costs nothing.
+* :class:`TensorBox` — what a graph value is during lowering: a mutable handle whose ``data`` is one
+  of the above; ``realize()`` materialises an unrealized function.
+
+Composition is function composition: a Pointwise that reads another unrealized Pointwise simply
+calls its loader, so elementwise fusion happens while lowering (Property 6.1).  Whether a value is
+written to memory is decided by the cost model in choices.py (§6.6), not here.
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from typing import Callable
+
+import sympy
+import torch
+
+from .ops_handler import ops
+
+__all__ = ["FixedLayout", "Loops", "Pointwise", "Reduction", "Buffer", "InputBuffer", "ComputedBuffer",
+           "ExternBuffer", "ReinterpretView", "TensorBox", "contiguous_strides", "Unsupported"]
+
+
+class Unsupported(Exception):
+    """This op/dtype/form has no native lowering: the node becomes a fallback kernel."""
+
+
+def contiguous_strides(size):
+    strides, acc = [], 1
+    for s in reversed(size):
+        strides.append(acc)
+        acc *= max(int(s), 1)
+    return tuple(reversed(strides))
+
+
+@dataclasses.dataclass(frozen=True)
+class FixedLayout:
+    dtype: torch.dtype
+    device: torch.device
+    size: tuple
+    stride: tuple
+    offset: int = 0
+
+    def index(self, idx) -> sympy.Expr:
+        """The storage offset of element ``idx`` (a list of sympy expressions)."""
+        e = sympy.Integer(self.offset)
+        for i, s, n in zip(idx, self.stride, self.size):
+            if n != 1:
+                e = e + i * s
+        return e
+
+    @property
+    def numel(self):
+        return math.prod(self.size)
+
+    def storage_extent(self) -> int:
+        """Elements of storage the layout spans (max index + 1)."""
+        if self.numel == 0:
+            return 0
+        return self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride)) + 1
+
+
+class IRNode:
+    dtype: torch.dtype
+    device: torch.device
+
+    def get_size(self) -> tuple:
+        raise NotImplementedError
+
+    def make_loader(self) -> Callable:
+        raise NotImplementedError
+
+
+class Loops(IRNode):
+    """An unrealized computation over ``ranges``."""
+
+    def __init__(self, dtype, device, ranges):
+        self.dtype, self.device, self.ranges = dtype, device, tuple(int(r) for r in ranges)
+
+    def get_size(self):
+        return self.ranges
+
+
+class Pointwise(Loops):
+    def __init__(self, dtype, device, ranges, inner_fn):
+        super().__init__(dtype, device, ranges)
+        self.inner_fn = inner_fn
+
+    def make_loader(self):
+        return self.inner_fn
+
+    def __repr__(self):
+        return f"Pointwise({str(self.dtype)[6:]}, {list(self.ranges)})"
+
+
+class Reduction(Loops):
+    TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin")
+
+    def __init__(self, dtype, device, ranges, reduction_ranges, reduction_type, inner_fn, src_dtype):
+        super().__init__(dtype, device, ranges)
+        if reduction_type not in self.TYPES:
+            raise Unsupported(f"reduction type {reduction_type}")
+        self.reduction_ranges = tuple(int(r) for r in reduction_ranges)
+        self.reduction_type = reduction_type
+        self.inner_fn = inner_fn
+        self.src_dtype = src_dtype
+
+    def make_loader(self):
+        raise RuntimeError("a Reduction must be realized before it is read")
+
+    def __repr__(self):
+        return f"Reduction({self.reduction_type}, {str(self.dtype)[6:]}, {list(self.ranges)} / {list(self.reduction_ranges)})"
+
+
+class Buffer(IRNode):
+    def __init__(self, name, layout: FixedLayout):
+        self.name, self.layout = name, layout
+        self.dtype, self.device = layout.dtype, layout.device
+
+    def get_size(self):
+        return self.layout.size
+
+    def make_loader(self):
+        name, layout = self.name, self.layout
+
+        def loader(index):
+            return ops.load(name, layout.index(index))
+        return loader
+
+    def __repr__(self):
+        return f"{type(self).__name__}({self.name}, {str(self.dtype)[6:]}, {list(self.layout.size)})"
+
+
+class InputBuffer(Buffer):
+    pass
+
+
+class ComputedBuffer(Buffer):
+    def __init__(self, name, layout, data: Loops):
+        super().__init__(name, layout)
+        self.data = data
+
+    @property
+    def is_reduction(self):
+        return isinstance(self.data, Reduction)
+
+
+class ExternBuffer(Buffer):
+    """The result of an ATen call: ``kind`` is ``"extern"`` (a library kernel the backend chose,
+    e.g. matmul) or ``"fallback"`` (no lowering exists; listed by TP_STAX_LOWER_DEBUG=1)."""
+
+    def __init__(self, name, layout, op, args, kind, reason="", index=None):
+        super().__init__(name, layout)
+        self.op, self.args, self.kind, self.reason, self.index = op, args, kind, reason, index
+
+
+class ReinterpretView(IRNode):
+    def __init__(self, data: Buffer, layout: FixedLayout):
+        self.data, self.layout = data, layout
+        self.dtype, self.device = layout.dtype, layout.device
+
+    @property
+    def name(self):
+        return self.data.name
+
+    def get_size(self):
+        return self.layout.size
+
+    def make_loader(self):
+        name, layout = self.data.name, self.layout
+
+        def loader(index):
+            return ops.load(name, layout.index(index))
+        return loader
+
+    def __repr__(self):
+        return f"ReinterpretView({self.data.name}, {list(self.layout.size)}, {list(self.layout.stride)}, +{self.layout.offset})"
+
+
+class TensorBox:
+    """A graph value during lowering; ``data`` is a Loops, a Buffer or a ReinterpretView."""
+
+    def __init__(self, data):
+        self.data = data
+
+    @property
+    def dtype(self):
+        return self.data.dtype
+
+    @property
+    def device(self):
+        return self.data.device
+
+    def get_size(self):
+        return tuple(self.data.get_size())
+
+    def make_loader(self):
+        return self.data.make_loader()
+
+    @property
+    def is_realized(self):
+        return isinstance(self.data, (Buffer, ReinterpretView))
+
+    def __repr__(self):
+        return f"TensorBox({self.data!r})"

@@ -1,0 +1,204 @@
+"""GraphLowering: the op-level graph -> loop-level IR (chapter §6).
+
+Walks the graph once.  Placeholders become :class:`InputBuffer`s; each ``call_function`` node is
+lowered by its rule in :data:`op_lowerings.LOWERINGS` (looked up by op name), which returns
+:class:`TensorBox`es holding unrealized functions; views of realized buffers become
+:class:`ReinterpretView`s whose (size, stride, offset) come from running the view op on a meta
+tensor with the buffer's layout — so every view op of the table gets exact strides for free.
+
+A node with no lowering (or whose lowering raises :class:`Unsupported`) becomes a **fallback**
+kernel: the wrapper calls the op's eager kernel.  ``TP_STAX_LOWER_DEBUG=1`` lists them with the
+reason; ``strict_native=True`` makes any fallback an error.
+
+Materialisation (§6.6): after a node is lowered, :func:`choices.should_realize` decides from its
+number of readers and its price (loads, transcendental calls) whether its value is written to
+memory or recomputed inside each reader.  Reductions, graph outputs and inputs of extern kernels
+are always realized.
+"""
+from __future__ import annotations
+
+import operator
+import os
+import sys
+
+import torch
+
+from ...graph.node import map_arg
+from ..registry import lookup_backend  # noqa: F401  (import order: registry before stax)
+from . import choices
+from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Pointwise, Reduction,
+                 ReinterpretView, TensorBox, Unsupported, contiguous_strides)
+
+__all__ = ["GraphLowering", "StaxLoweringError"]
+
+
+class StaxLoweringError(RuntimeError):
+    pass
+
+
+def _debug_enabled():
+    return os.environ.get("TP_STAX_LOWER_DEBUG", "") not in ("", "0")
+
+
+class GraphLowering:
+    def __init__(self, gm, example_inputs):
+        self.gm = gm
+        self.example_inputs = list(example_inputs)
+        self.inputs: list[InputBuffer] = []
+        self.constants: dict[str, torch.Tensor] = {}
+        self.buffers: list = []          # ComputedBuffer / ExternBuffer in creation order
+        self.env: dict = {}
+        self.fallbacks: list[tuple[str, str]] = []
+        self.outputs: list = []
+        self.mutations: list[tuple[InputBuffer, object]] = []   # (input, value) write-backs
+        self._n = 0
+        self.current_node = None
+
+    # -- naming / realization -----------------------------------------------------------------------
+    def new_name(self, prefix="buf"):
+        self._n += 1
+        return f"{prefix}{self._n - 1}"
+
+    def realize(self, box: TensorBox):
+        """Materialise ``box`` (if it is an unrealized function) into a ComputedBuffer."""
+        d = box.data
+        if isinstance(d, Loops):
+            size = d.get_size()
+            layout = FixedLayout(d.dtype, d.device, tuple(size), contiguous_strides(size), 0)
+            buf = ComputedBuffer(self.new_name(), layout, d)
+            self.buffers.append(buf)
+            box.data = buf
+        return box.data
+
+    def layout_of(self, box: TensorBox) -> FixedLayout:
+        d = self.realize(box)
+        return d.layout
+
+    # -- the walk ---------------------------------------------------------------------------------
+    def run(self):
+        from .op_lowerings import LOWERINGS
+        ex = iter(self.example_inputs)
+        for node in self.gm.graph.nodes:
+            self.current_node = node
+            if node.op == "placeholder":
+                t = next(ex)
+                d = t._data if hasattr(t, "_data") else t
+                buf = InputBuffer(f"arg{len(self.inputs)}", FixedLayout(d.dtype, d.device, tuple(d.shape),
+                                                                        tuple(d.stride()), d.storage_offset()))
+                self.inputs.append(buf)
+                self.env[node] = TensorBox(buf)
+            elif node.op == "get_attr":
+                val = getattr(self.gm, node.target)
+                d = val._data if hasattr(val, "_data") else val
+                if not isinstance(d, torch.Tensor):
+                    self.env[node] = d
+                    continue
+                name = f"const{len(self.constants)}"
+                self.constants[name] = d
+                self.env[node] = TensorBox(InputBuffer(name, FixedLayout(d.dtype, d.device, tuple(d.shape),
+                                                                         tuple(d.stride()), d.storage_offset())))
+            elif node.op == "call_function":
+                self.env[node] = self.lower_node(node, LOWERINGS)
+            elif node.op == "output":
+                for o in node.args[0]:
+                    box = self.env[o]
+                    if isinstance(box.data, Loops):
+                        self.realize(box)
+                    self.outputs.append(box.data)
+        return self
+
+    def lower_node(self, node, table):
+        if node.target is operator.getitem:
+            return self.env[node.args[0]][node.args[1]]
+        d = node.opdef
+        if d is None:
+            return self.fallback(node, f"{node.target_name} is not an op-table entry")
+        args = map_arg(node.args, self.env.__getitem__)
+        rule = table.get(d.name)
+        if rule is None:
+            return self.fallback(node, "no lowering registered")
+        if not _native_dtypes_ok(node):
+            return self.fallback(node, "dtype without native support (only float32/float64/int32/int64/bool)")
+        try:
+            out = rule(*args)
+        except Unsupported as e:
+            return self.fallback(node, str(e))
+        if isinstance(out, TensorBox) and isinstance(out.data, Loops):
+            self._check_meta(node, out)
+            if isinstance(out.data, Reduction):
+                self.realize(out)
+            elif choices.should_realize(out.data, node):
+                self.realize(out)
+        return out
+
+    def _check_meta(self, node, box):
+        val = node.meta.get("val")
+        if hasattr(val, "shape") and (tuple(val.shape) != box.get_size() or val.dtype != box.dtype):
+            raise StaxLoweringError(f"lowering of {node.format_node()} produced {box.dtype}{list(box.get_size())}, "
+                                    f"meta says {val.dtype}{list(val.shape)}")
+
+    # -- fallbacks and extern calls ---------------------------------------------------------------
+    def fallback(self, node, reason, kind="fallback"):
+        d = node.opdef
+        name = d.name if d is not None else node.target_name
+        if kind == "fallback":
+            self.fallbacks.append((name, reason))
+            if _debug_enabled():
+                print(f"[stax] fallback kernel for {name}: {reason}  ({node.format_node()})", file=sys.stderr)
+        args = map_arg(node.args, lambda n: self._extern_arg(self.env[n]))
+        val = node.meta.get("val")
+        if d is not None and d.is_inplace:
+            raise Unsupported(f"in-place op {name} left after functionalisation")
+        if isinstance(val, (tuple, list)):
+            outs = []
+            for i, v in enumerate(val):
+                if hasattr(v, "shape"):
+                    buf = ExternBuffer(self.new_name(), _layout_of_meta(v), d, args, kind, reason, index=i)
+                    self.buffers.append(buf)
+                    outs.append(TensorBox(buf))
+                else:
+                    outs.append(v)
+            return tuple(outs)
+        buf = ExternBuffer(self.new_name(), _layout_of_meta(val), d, args, kind, reason)
+        self.buffers.append(buf)
+        return TensorBox(buf)
+
+    def extern(self, reason="library kernel"):
+        return self.fallback(self.current_node, reason, kind="extern")
+
+    def _extern_arg(self, v):
+        if isinstance(v, TensorBox):
+            return self.realize(v)
+        return v
+
+
+def _layout_of_meta(v) -> FixedLayout:
+    dev = v.device if v.device.type != "meta" else torch.device("cpu")
+    return FixedLayout(v.dtype, dev, tuple(v.shape), tuple(v.stride()), v.storage_offset())
+
+
+_NATIVE = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
+
+
+def _native_dtypes_ok(node) -> bool:
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
+    for v in vals:
+        for t in (v if isinstance(v, (tuple, list)) else (v,)):
+            if hasattr(t, "dtype") and t.dtype not in _NATIVE:
+                return False
+    return True
+
+
+def view_of_buffer(graph: GraphLowering, box: TensorBox, view_fn) -> TensorBox:
+    """A view of a realized value: apply ``view_fn`` to a meta tensor laid out like the buffer
+    and read back (size, stride, offset).  Raises Unsupported if the result is not a view."""
+    data = graph.realize(box)
+    layout = data.layout
+    base = data.data if isinstance(data, ReinterpretView) else data
+    meta = torch.empty_strided((layout.storage_extent() or 1,), (1,), dtype=layout.dtype, device="meta")
+    m = meta.as_strided(layout.size, layout.stride, layout.offset)
+    out = view_fn(m)
+    if not out._is_view():
+        raise Unsupported("view op copies for this layout")
+    return TensorBox(ReinterpretView(base, FixedLayout(layout.dtype, layout.device, tuple(out.shape),
+                                                        tuple(out.stride()), out.storage_offset())))

@@ -1,0 +1,322 @@
+"""The scheduler: buffers -> fused kernels (chapter §7).
+
+Every realized buffer is a scheduler node; it starts as a group of its own.  A group has an
+iteration space ``(outer, inner)``: a pointwise group of shape S may be split anywhere; a group
+containing a reduction over the trailing ``inner`` dims has a fixed split (rows x reduced
+elements).  Nodes are placed in a group as
+
+* ``inner``  — pointwise over outer+inner (one value per element),
+* ``reduce`` — a reduction: one value per row, accumulated over the inner loop,
+* ``outer``  — pointwise over the rows only (e.g. ``mean = sum / n``), computed after the row's
+  reductions.
+
+Greedy fusion (Alg. 7.1): repeatedly take the legal pair (``choices.can_fuse``) with the best
+``choices.score_fusion`` and merge it, until no legal pair is left.  This yields the fusions the
+chapter asks for: pointwise->pointwise, pointwise->reduction (example 1.1), reduction->broadcast
+pointwise over the same rows (example 7.1: ``x / x.sum(-1, keepdim=True)`` in one pass per row),
+and horizontal fusion of reductions of one input (example 7.2).
+
+A buffer whose every reader ended up in its own group, and that is not a graph output, is never
+written to memory: it lives in registers (reductions, row values) or in a per-row scratch array
+(the row stays in cache) — this is where the bytes of the model (§1.1) are saved.
+"""
+from __future__ import annotations
+
+import math
+
+import sympy
+
+from . import choices
+from .ir import ComputedBuffer, ExternBuffer, InputBuffer, Reduction, ReinterpretView
+from .ops_handler import OPS_NAMES, set_handler
+
+__all__ = ["Scheduler", "Group", "SchedNode"]
+
+
+def _sq(shape):
+    return tuple(s for s in shape if s != 1)
+
+
+class _Recorder:
+    """Records every load (buffer, index) a compute function makes."""
+
+    def __init__(self):
+        self.loads = []
+
+    def __getattr__(self, name):
+        if name not in OPS_NAMES:
+            raise AttributeError(name)
+
+        def f(*args, **kw):
+            if name == "load":
+                self.loads.append((args[0], sympy.expand(args[1])))
+            if name == "masked":
+                return args[1]()
+            return 0
+        return f
+
+
+class SchedNode:
+    def __init__(self, buf, order):
+        self.buf = buf
+        self.name = buf.name
+        self.order = order
+        self.is_extern = isinstance(buf, ExternBuffer)
+        self.is_reduction = isinstance(buf, ComputedBuffer) and isinstance(buf.data, Reduction)
+        self.reads: set = set()
+        if self.is_extern:
+            for a in _flat(buf.args):
+                if isinstance(a, (ComputedBuffer, ExternBuffer, InputBuffer)):
+                    self.reads.add(a.name)
+                elif isinstance(a, ReinterpretView):
+                    self.reads.add(a.data.name)
+        else:
+            rec = self.record(self.placeholder_index())
+            self.reads = {n for n, _ in rec}
+
+    @property
+    def ranges(self):
+        return self.buf.data.ranges
+
+    @property
+    def rranges(self):
+        return self.buf.data.reduction_ranges if self.is_reduction else ()
+
+    def placeholder_index(self):
+        idx = [sympy.Symbol(f"i{k}", integer=True) for k in range(len(self.ranges))]
+        ridx = [sympy.Symbol(f"j{k}", integer=True) for k in range(len(self.rranges))]
+        return idx, ridx
+
+    def record(self, index):
+        idx, ridx = index
+        rec = _Recorder()
+        with set_handler(rec):
+            if self.is_reduction:
+                self.buf.data.inner_fn(idx, ridx)
+            else:
+                self.buf.data.inner_fn(idx)
+        return rec.loads
+
+    def __repr__(self):
+        return f"SchedNode({self.name})"
+
+
+def _flat(a):
+    if isinstance(a, (list, tuple)):
+        for x in a:
+            yield from _flat(x)
+    elif isinstance(a, slice):
+        yield from _flat([a.start, a.stop, a.step])
+    else:
+        yield a
+
+
+class Group:
+    def __init__(self, node: SchedNode):
+        self.nodes = [node]
+        self.is_extern = node.is_extern
+        self.order = node.order
+        self.reads = set(node.reads)
+        self.writes = {node.name}
+        if node.is_extern:
+            self.sig = None
+        elif node.is_reduction:
+            self.sig = (_sq(node.ranges), _sq(node.rranges))
+        else:
+            self.sig = ("pw", _sq(node.ranges))
+
+    def placement(self, node, sig):
+        outer, inner = sig
+        if node.is_reduction:
+            return "reduce"
+        s = _sq(node.ranges)
+        if s == outer + inner:
+            return "inner"
+        if s == outer:
+            return "outer"
+        return None
+
+    def __repr__(self):
+        return f"Group({[n.name for n in self.nodes]}, {self.sig})"
+
+
+class Scheduler:
+    def __init__(self, graph):
+        self.graph = graph
+        self.nodes = [SchedNode(b, i) for i, b in enumerate(graph.buffers)]
+        self.by_name = {n.name: n for n in self.nodes}
+        self.output_names = {o.name if not isinstance(o, ReinterpretView) else o.data.name for o in graph.outputs}
+        self.groups = [Group(n) for n in self.nodes]
+        self.group_of = {n.name: g for g in self.groups for n in g.nodes}
+        self._bytes = {}
+        for b in graph.buffers:
+            self._bytes[b.name] = b.layout.numel * b.layout.dtype.itemsize
+        for b in graph.inputs:
+            self._bytes[b.name] = b.layout.numel * b.layout.dtype.itemsize
+
+    def buffer_bytes(self, name):
+        return self._bytes.get(name, 0)
+
+    # -- relations ------------------------------------------------------------------------------
+    def depends(self, g_later, g_earlier) -> bool:
+        """Does g_later read something g_earlier writes?"""
+        return bool(g_later.reads & g_earlier.writes)
+
+    def _succ(self, g):
+        return [h for h in self.groups if h is not g and h.reads & g.writes]
+
+    def path_through_other(self, a, b) -> bool:
+        """Is there a path a -> x -> ... -> b with x not in {a, b}?"""
+        stack = [h for h in self._succ(a) if h is not b]
+        seen = set(map(id, stack))
+        while stack:
+            h = stack.pop()
+            if h.reads & b.writes and False:
+                pass
+            if b.reads & h.writes:
+                return True
+            for k in self._succ(h):
+                if k is not b and id(k) not in seen:
+                    seen.add(id(k))
+                    stack.append(k)
+        return False
+
+    def merged_signature(self, g1, g2):
+        s1, s2 = g1.sig, g2.sig
+        if s1 is None or s2 is None:
+            return None
+        if s1[0] == "pw" and s2[0] == "pw":
+            if s1[1] != s2[1]:
+                return None
+            shape = s1[1]
+            return (shape[:-1], shape[-1:]) if shape else ((), ())
+        if s1[0] == "pw":
+            s1, s2 = s2, s1
+        if s2[0] == "pw":
+            outer, inner = s1
+            if s2[1] in (outer + inner, outer):
+                return s1
+            return None
+        return s1 if s1 == s2 else None
+
+    def dependencies_aligned(self, g1, g2, sig) -> bool:
+        """Prop. 7.2: for every read of a buffer produced inside the merged group, the reader's
+        index must be the producer's store index (same element), or a row value read by row."""
+        nodes = g1.nodes + g2.nodes
+        names = {n.name for n in nodes}
+        gtmp = Group.__new__(Group)
+        for n in nodes:
+            if gtmp.placement(n, sig) if False else Group.placement(None, n, sig) is None:
+                return False
+        for n in nodes:
+            pl = Group.placement(None, n, sig)
+            idx = kernel_index(n, pl, sig)
+            for bname, expr in n.record(idx):
+                if bname not in names:
+                    continue
+                prod = self.by_name[bname]
+                ppl = Group.placement(None, prod, sig)
+                pexpr = store_index(prod, ppl, sig)
+                if ppl == "inner":
+                    if pl not in ("inner", "reduce") or sympy.simplify(expr - pexpr) != 0:
+                        return False
+                else:  # producer is a row value (reduce/outer): reader must read it by row
+                    if any(str(s).startswith("r") for s in expr.free_symbols):
+                        return False
+                    if sympy.simplify(expr - pexpr) != 0:
+                        return False
+        return True
+
+    # -- the greedy loop (Alg. 7.1) -------------------------------------------------------------
+    def fuse(self):
+        while True:
+            best = None
+            for i, g1 in enumerate(self.groups):
+                for g2 in self.groups[i + 1:]:
+                    if not (g1.reads & g2.writes or g2.reads & g1.writes or g1.reads & g2.reads):
+                        continue
+                    if not choices.can_fuse(self, g1, g2):
+                        continue
+                    sc = choices.score_fusion(self, g1, g2)
+                    if best is None or sc > best[0]:
+                        best = (sc, g1, g2)
+            if best is None:
+                break
+            _, g1, g2 = best
+            self._merge(g1, g2)
+        return self
+
+    def _merge(self, g1, g2):
+        sig = self.merged_signature(g1, g2)
+        g1.nodes = sorted(g1.nodes + g2.nodes, key=lambda n: n.order)
+        g1.reads |= g2.reads
+        g1.writes |= g2.writes
+        g1.order = min(g1.order, g2.order)
+        g1.sig = sig if any(n.is_reduction for n in g1.nodes) or g1.sig[0] != "pw" or g2.sig[0] != "pw" \
+            else g1.sig
+        if g1.sig is not None and g1.sig[0] != "pw":
+            pass
+        self.groups.remove(g2)
+        for n in g2.nodes:
+            self.group_of[n.name] = g1
+        self._order_groups()
+
+    def _order_groups(self):
+        """Topological order of groups (a group runs after every group it reads from)."""
+        order, done = [], set()
+        pending = sorted(self.groups, key=lambda g: g.order)
+        while pending:
+            for g in pending:
+                if all(id(h) in done for h in self.groups if h is not g and g.reads & h.writes):
+                    order.append(g)
+                    done.add(id(g))
+                    pending.remove(g)
+                    break
+            else:
+                raise RuntimeError("scheduler: cycle between fused groups (Prop. 7.1 violated)")
+        self.groups = order
+
+    def kernel_sig(self, g):
+        """The final (outer, inner) split of a group's iteration space."""
+        if g.sig[0] == "pw":
+            shape = g.sig[1]
+            return (shape[:-1], shape[-1:]) if shape else ((), ())
+        return g.sig
+
+    def local_buffers(self, g):
+        """Buffers produced in g that nobody outside g reads and that are not outputs."""
+        outside_reads = set()
+        for h in self.groups:
+            if h is not g:
+                outside_reads |= h.reads
+        return {n.name for n in g.nodes if n.name not in outside_reads and n.name not in self.output_names}
+
+
+def kernel_vars(sig):
+    outer, inner = sig
+    xs = [sympy.Symbol(f"x{k}", integer=True, nonnegative=True) for k in range(len(outer))]
+    rs = [sympy.Symbol(f"r{k}", integer=True, nonnegative=True) for k in range(len(inner))]
+    return xs, rs
+
+
+def _spread(shape, vals):
+    """Index for ``shape`` (which may contain size-1 dims) from values of its non-1 dims."""
+    it = iter(vals)
+    return [sympy.Integer(0) if s == 1 else next(it) for s in shape]
+
+
+def kernel_index(node, placement, sig):
+    xs, rs = kernel_vars(sig)
+    if placement == "reduce":
+        return _spread(node.ranges, xs), _spread(node.rranges, rs)
+    if placement == "inner":
+        return _spread(node.ranges, xs + rs), []
+    return _spread(node.ranges, xs), []
+
+
+def store_index(node, placement, sig):
+    idx, _ = kernel_index(node, placement, sig)
+    return sympy.expand(node.buf.layout.index(idx))
+
+
+_ = math

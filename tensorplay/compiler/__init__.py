@@ -15,8 +15,9 @@ Read in pipeline order:
 from .api import (BackendCompilerError, Compiled, CompiledFunction, GuardError, Lowered, RecompileLimitError,
                   compile, explain, list_mode_options, reset)
 from .backends.registry import list_backends, lookup_backend, register_backend
+from .backends.debugging import locate_error
 from .capture.proxy import CaptureError
 
-__all__ = ["compile", "explain", "reset", "list_backends", "register_backend", "lookup_backend", "list_mode_options",
+__all__ = ["compile", "explain", "locate_error", "reset", "list_backends", "register_backend", "lookup_backend", "list_mode_options",
            "CaptureError", "GuardError", "RecompileLimitError", "BackendCompilerError", "CompiledFunction", "Lowered",
            "Compiled"]

@@ -393,7 +393,7 @@ class Compiled:
 
     def cost_analysis(self) -> dict:
         from .cost import cost_analysis
-        return cost_analysis(self.lowered.graph_module, getattr(self.artifact, "materialized", None))
+        return cost_analysis(self.lowered.graph_module, intermediate_bytes=getattr(self.artifact, "intermediate_bytes", None))
 
 
 class CompiledModule:

@@ -45,18 +45,22 @@ def _flops(n) -> int:
     return 0
 
 
-def cost_analysis(gm, materialized=None) -> dict:
+def cost_analysis(gm, materialized=None, intermediate_bytes=None) -> dict:
+    """``intermediate_bytes``: the backend's own count of bytes written and read back for the
+    buffers it materialises (Stax passes it); otherwise every op result counts (eager)."""
     g = gm.graph
     inputs = sum(nbytes(n.meta.get("val")) for n in g.nodes if n.op in ("placeholder", "get_attr"))
     out_nodes = [o for o in g.output_node.args[0]]
     outputs = sum(nbytes(o.meta.get("val")) for o in out_nodes)
     inter = 0
-    for n in g.nodes:
+    for n in (g.nodes if intermediate_bytes is None else ()):
         if n.op != "call_function" or n in out_nodes or n.opdef is None or n.opdef.is_view:
             continue
         if materialized is not None and n.name not in materialized:
             continue
         inter += 2 * nbytes(n.meta.get("val"))
+    if intermediate_bytes is not None:
+        inter = intermediate_bytes
     flops = sum(_flops(n) for n in g.nodes if n.op == "call_function")
     return {"flops": float(flops), "bytes_accessed": float(inputs + outputs + inter),
             "input_bytes": float(inputs), "output_bytes": float(outputs), "intermediate_bytes": float(inter)}

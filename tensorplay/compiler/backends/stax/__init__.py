@@ -86,6 +86,9 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         return tuple(wrap(o) for o in outs)
     run.source = src
     run.materialized = materialized
+    outs = {o.name if hasattr(o, "name") else None for o in graph.outputs}
+    run.intermediate_bytes = sum(2 * b.layout.numel * b.layout.dtype.itemsize for b in graph.buffers
+                                 if b.name in materialized and b.name not in outs)
     run.fallbacks = list(graph.fallbacks)
     run.module = mod
     return run

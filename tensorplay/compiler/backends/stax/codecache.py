@@ -70,8 +70,9 @@ _ISA_CPU_FLAGS = {
 
 #: The fixed part of the compile command.  IEEE semantics are kept (invariant 3): no -ffast-math;
 #: -fno-math-errno / -fno-trapping-math change no result, they let calls like sqrt be inlined.
+#: -ffp-contract=off: no a*b+c -> fma contraction, so every op rounds exactly as written (SPEC §4.3).
 _BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp",
-               "-fno-math-errno", "-fno-trapping-math")
+               "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off")
 
 #: Where cpp_prelude.h lives; its *.h files are part of every C++ key.
 PRELUDE_DIR = Path(__file__).resolve().parent / "codegen"

@@ -203,21 +203,19 @@ def _pow(a, b):
         return pointwise(lambda x, _e: x)(a, b)
     if b == 0.5:
         return pointwise(lambda x, _e: ops.sqrt(x))(a, b)
-    return pointwise(lambda x, e: ops.pow(x, _c(e)))(a, b)
+    return pointwise(lambda x, e: ops.pow(x, e))(a, b)
 
 
-@register_lowering("clamp")
-def _clamp(a, mn=None, mx=None):
-    if isinstance(mn, TensorBox) or isinstance(mx, TensorBox):
-        raise Unsupported("clamp with tensor bounds")
+def _clamp_compute(x, lo, hi):
+    # lo/hi are values (tensors or constants, broadcast) or None; torch: min(max(x, lo), hi)
+    if lo is not None:
+        x = ops.maximum(x, lo)
+    if hi is not None:
+        x = ops.minimum(x, hi)
+    return x
 
-    def f(x, lo, hi):
-        if lo is not None:
-            x = ops.maximum(x, _c(lo))
-        if hi is not None:
-            x = ops.minimum(x, _c(hi))
-        return x
-    return pointwise(f)(a, mn, mx)
+
+register_lowering("clamp", "clip")(pointwise(_clamp_compute))
 
 
 @register_lowering("clamp_min")
@@ -297,6 +295,8 @@ for _name in ("eq", "ne", "lt", "le", "gt", "ge"):
     register_lowering(_name)(pointwise((lambda n: lambda a, b: getattr(ops, n)(a, b))(_name), compute_dtype="promote"))
 for _name in ("logical_and", "logical_or", "logical_xor"):
     register_lowering(_name)(pointwise((lambda n: lambda a, b: getattr(ops, n)(a, b))(_name), compute_dtype=torch.bool))
+for _name in ("bitwise_and", "bitwise_or", "bitwise_xor"):
+    register_lowering(_name)(pointwise((lambda n: lambda a, b: getattr(ops, n)(a, b))(_name)))
 register_lowering("logical_not")(pointwise(lambda a: ops.logical_not(a), compute_dtype=torch.bool))
 register_lowering("isnan")(pointwise(lambda a: ops.isnan(a), compute_dtype="promote"))
 register_lowering("isinf")(pointwise(lambda a: ops.isinf(a), compute_dtype="promote"))

@@ -192,6 +192,15 @@ class CppHandler:
     def logical_xor(self, a, b):
         return self._emit(f"({a} ^ {b})", torch.bool)
 
+    def bitwise_and(self, a, b):
+        return self._emit(f"({a} & {b})", a.dtype)
+
+    def bitwise_or(self, a, b):
+        return self._emit(f"({a} | {b})", a.dtype)
+
+    def bitwise_xor(self, a, b):
+        return self._emit(f"({a} ^ {b})", a.dtype)
+
     def logical_not(self, a):
         return self._emit(f"({a} ^ tp::Vec<int32_t>(1))", torch.bool)
 

@@ -1,0 +1,146 @@
+"""Reproduce tables 13.1 and 13.2 of the chapter on this machine (issue: Stax on CPU).
+
+Cases (8192 x 2048 float32 = 64 MiB; the softmax rows are 16384 x 1000):
+
+  table 13.1 (fusion): ex 1.1 (relu(x + w) * 2).sum(-1); ex 7.1 x / x.sum(-1, keepdim=True);
+                       five-op softmax; F.softmax; ex 7.2 exp -> sum and amax; LayerNorm -> GELU -> x0.5
+  table 13.2 (single ops): exp, x + 1, relu, row sum, row amax
+
+Per case, four variants are timed interleaved in one run (§13.1): tp eager, tp compiled
+(``tp.compile(strict_native=True)``: Stax kernels only, no fallback), torch eager and
+``torch.compile``.  Reported: median [95% CI of the median, Prop. 13.2], S = t(tp eager)/t(compiled),
+S vs torch.compile, the model byte ratio rho (§1.1 counting, the compiled bytes taken from the
+artifact's cost analysis), the effective bandwidths beta_e, beta_c (Def. 13.2) and beta_c as a
+fraction of the measured read bandwidth B (row-sum of a 64 MiB tensor, minimum of the readings,
+Prop. 13.1).  Outputs are allocated fresh on every call by every variant (that is what a caller
+sees); a fresh 64 MiB output costs page faults on Linux, which the table reports as part of the
+time.
+
+    python benchmarks/table13.py [--repeats 15] [--quick] [--no-torch-compile] [--cases ex1.1,ex7.1]
+"""
+from __future__ import annotations
+
+import argparse
+import math
+import time
+
+import torch
+
+import tensorplay as tp
+import tensorplay.nn.functional as F
+from tensorplay.utils.benchmark import compare, format_table, machine_description, speedup_decomposition
+
+
+def five_op_softmax(x, lib):
+    m = x.amax(-1, keepdim=True)
+    e = (x - m).exp()
+    return e / e.sum(-1, keepdim=True)
+
+
+def cases(R=8192, C=2048, SR=16384, SC=1000):
+    """name -> (function over a tensor library, input shapes, eager bytes model in elements)."""
+    N = R * C
+    NS = SR * SC
+    return {
+        "ex1.1 (relu(x+w)*2).sum(-1)": (lambda x, w, L: (L.relu(x + w) * 2).sum(-1), [(R, C), (R, C)], 8 * N),
+        "ex7.1 x/x.sum(-1,keepdim)": (lambda x, L: x / x.sum(-1, keepdim=True), [(R, C)], 3 * N),
+        "softmax, five ops": (five_op_softmax, [(SR, SC)], 8 * NS),
+        "softmax, F.softmax": (lambda x, L: (F if L is tp else torch.nn.functional).softmax(x, -1), [(SR, SC)], 2 * NS),
+        "ex7.2 exp -> sum, amax": (lambda x, L: (x.exp().sum(-1), x.exp().amax(-1)), [(R, C)], 6 * N),
+        "LayerNorm -> GELU -> x0.5": (lambda x, L: (F if L is tp else torch.nn.functional).gelu(
+            (F if L is tp else torch.nn.functional).layer_norm(x, (x.shape[-1],))) * 0.5, [(R, C)], 6 * N),
+        "exp": (lambda x, L: x.exp(), [(R, C)], 2 * N),
+        "x + 1": (lambda x, L: x + 1, [(R, C)], 2 * N),
+        "relu": (lambda x, L: L.relu(x), [(R, C)], 2 * N),
+        "row sum": (lambda x, L: x.sum(-1), [(R, C)], N),
+        "row amax": (lambda x, L: x.amax(-1), [(R, C)], N),
+    }
+
+
+def read_bandwidth(repeats=15):
+    x = torch.randn(8192, 2048)
+    for _ in range(3):
+        x.sum(-1)
+    ts = []
+    for _ in range(repeats):
+        t0 = time.perf_counter()
+        x.sum(-1)
+        ts.append(time.perf_counter() - t0)
+    return x.numel() * 4 / min(ts)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--quick", action="store_true", help="1/16 of the sizes (smoke test)")
+    p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--cases", default="")
+    a = p.parse_args(argv)
+    scale = 4 if a.quick else 1
+    table = cases(8192 // scale, 2048 // scale, 16384 // scale, 1000 // scale)
+    if a.cases:
+        want = [c.strip() for c in a.cases.split(",")]
+        table = {k: v for k, v in table.items() if any(k.startswith(w) for w in want)}
+    B = read_bandwidth()
+    print(f"machine: {machine_description()}")
+    print(f"measured read bandwidth B = {B / 1e9:.1f} GB/s (row sum of 64 MiB, min of 15)")
+    print(f"{a.repeats} interleaved readings after {a.warmup} warm-up calls; times in ms, median [95% CI]\n")
+    rows = []
+    g = torch.Generator().manual_seed(0)
+    for name, (fn, shapes, eager_elems) in table.items():
+        tins = [torch.randn(s, generator=g) for s in shapes]
+        pins = [tp.from_torch(t.clone()) for t in tins]
+
+        def f_tp(*xs, _fn=fn):
+            return _fn(*xs, tp)
+
+        def f_torch(*xs, _fn=fn):
+            return _fn(*xs, torch)
+        t0 = time.perf_counter()
+        cf = tp.compile(f_tp, strict_native=True)
+        cf(*pins)
+        compile_s = time.perf_counter() - t0
+        comp_bytes = _compiled_bytes(cf)
+        variants = {"tp eager": lambda: f_tp(*pins), "tp compiled": lambda: cf(*pins),
+                    "torch eager": lambda: f_torch(*tins)}
+        if not a.no_torch_compile:
+            tc = torch.compile(f_torch)
+            tc(*tins)
+            variants["torch.compile"] = lambda: tc(*tins)
+        r = compare(variants, repeats=a.repeats, warmup=a.warmup)
+        te, tc_ = r["tp eager"].median, r["tp compiled"].median
+        eb = eager_elems * 4
+        dec = speedup_decomposition(te, tc_, eb, comp_bytes)
+
+        def fmt(k):
+            s = r[k]
+            lo, hi, _ = s.ci
+            return f"{s.median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]"
+        vs_tc = (r["torch.compile"].median / tc_) if "torch.compile" in r else float("nan")
+        vs_te = r["torch eager"].median / tc_
+        rows.append((name, fmt("tp eager"), fmt("tp compiled"), fmt("torch eager"),
+                     fmt("torch.compile") if "torch.compile" in r else "-",
+                     f"{dec['S']:.2f}", f"{vs_te:.2f}", f"{vs_tc:.2f}", f"{dec['rho']:.2f}",
+                     f"{dec['beta_e'] / 1e9:.1f}", f"{dec['beta_c'] / 1e9:.1f}", f"{dec['beta_c'] / B:.0%}",
+                     f"{compile_s:.1f}"))
+        del cf, variants
+    headers = ["case", "tp eager", "tp compiled", "torch eager", "torch.compile", "S", "vs torch eager",
+               "vs torch.compile", "rho", "beta_e GB/s", "beta_c GB/s", "beta_c/B", "compile s"]
+    print(format_table(rows, headers))
+    print("\nS = t(tp eager)/t(tp compiled); 'vs X' = t(X)/t(tp compiled) (> 1: Stax is faster); "
+          "rho = model bytes eager / compiled; beta = model bytes / median time.")
+    return rows
+
+
+def _compiled_bytes(cf):
+    """Model bytes of the compiled program: the artifact's inputs + outputs + buffers it writes."""
+    e = cf._cache[0]
+    from tensorplay.compiler.cost import cost_analysis
+    return cost_analysis(e.lowered.graph_module,
+                         intermediate_bytes=getattr(e.artifact, "intermediate_bytes", None))["bytes_accessed"]
+
+
+if __name__ == "__main__":
+    main()
+_ = math

@@ -1,0 +1,1270 @@
+// cpp_prelude.h -- the C++ vector library that Stax CPU kernels are written against.
+//
+// Header-only, C++17, namespace tp, standard library only.  Built on GCC vector extensions
+// (__attribute__((vector_size(N)))) so that a generated kernel reads as plain arithmetic:
+//
+//     auto x = tp::Vec<float>::load(in + i);
+//     auto y = tp::where(x > 0.0f, x, tp::expm1(x));      // ELU
+//     y.store(out + i);
+//
+// ---------------------------------------------------------------------------------------------
+// WIDTH.  TP_VEC_BYTES is the register width in bytes: 64 (AVX-512), 32 (AVX2), 16 (SSE/NEON),
+// chosen from __AVX512F__/__AVX2__ when the compile command does not define it.  TP_SCALAR (or
+// TP_VEC_BYTES=0) selects the scalar fallback: every Vec has ONE lane, so the same generated code
+// compiles and runs on any machine.
+//
+// LANES.  Every Vec<T> has the same number of lanes, TP_VEC_LANES = TP_VEC_BYTES / 4 (16, 8, 4, 1),
+// whatever T is.  A Vec<float> / Vec<int32_t> is one register; a Vec<double> / Vec<int64_t> is two
+// registers (an array of two native vectors, never one over-wide vector: GCC scalarises
+// comparisons on those); Vec<int16_t>, Vec<int8_t>, Vec<uint8_t> use part of one register.  Lane
+// i of every type belongs to the same loop index, so one loop can mix dtypes and cast<U>(v)
+// converts all lanes of one value.
+//
+// MASKS.  A comparison of two Vec<T> gives a VecMask<sizeof(T)> (lanes all-ones or zero, same
+// register layout as Vec<T>); tp::Mask = VecMask<4>.  Masks of different element widths convert
+// into each other implicitly, so where(mask_of_doubles, float_a, float_b) works.
+//
+// IEEE.  Everything follows IEEE 754 with round-to-nearest: no -ffast-math (SPEC §4 inv. 3), NaN in
+// -> NaN out, +-0, +-inf, gradual underflow (subnormal results are produced, never flushed).
+// NOTE: GCC's default -ffp-contract=fast fuses a*b+c written in a kernel into one FMA (one rounding
+// instead of two) even with -std=c++17; pass -ffp-contract=off to get results bit-identical to
+// eager PyTorch for composite expressions.  The functions below do not depend on that setting.
+//
+// ACCURACY CONTRACT (max error in ulps of the exact result, measured and enforced by
+// test/stax/test_cpp_prelude.py on ~1e5 points per function and dtype incl. special values,
+// identical for every width; "cr" = correctly rounded, bit-exact with IEEE/numpy/torch):
+//
+//   function            float32   float64   implementation
+//   + - * / sqrt          cr        cr       hardware (sqrt: vsqrtps/vsqrtpd), rsqrt = 1/sqrt(x)
+//   floor ceil trunc      exact     exact    hardware rounding (vrndscale), round = half-to-even
+//   exp                   1         1        vectorised: Cody-Waite reduction + own minimax poly
+//   exp2                  1         1        vectorised (shares exp's kernel)
+//   expm1                 1         1        vectorised (shares exp's kernel)
+//   log                   1         1        vectorised: exponent split + atanh-series minimax
+//   log2 log10            1         1        vectorised (shares log's kernel, double-word steps)
+//   log1p                 1         1        vectorised (log kernel + rounding correction of 1+x)
+//   tanh                  2         2        vectorised: odd minimax poly |x|<0.625, else exp
+//   sigmoid               2         2        vectorised: exp(-|x|) + corrected division
+//   erf                   2         2        vectorised: odd poly |x|<1, else 1 - erfc
+//   erfc                  4         4        vectorised: exp(-x^2)*erfcx(x), erfcx = poly in
+//                                            t=(x-K)/(x+K) (own minimax fit)
+//   sin cos tan asin acos atan sinh cosh asinh acosh atanh cbrt pow fmod atan2 hypot
+//                         libm      libm     per-lane calls to std:: (glibc: <= 1-2 ulp)
+// (The numbers above are the documented bounds; the measured maxima are in docs/cpp_prelude.md.)
+// Polynomial coefficients were fitted for this file with a weighted Remez exchange (mpmath)
+// and are stored as exact hexadecimal literals.
+//
+// INTEGERS.  + - * and unary - wrap (two's complement, computed unsigned: no UB).  / and % are C
+// truncating division that never traps: x/0 == 0, x%0 == 0, INT_MIN/-1 == INT_MIN.
+// floordiv/remainder follow Python/torch floor semantics (same zero-division convention; eager
+// torch raises ZeroDivisionError instead).  << and >> follow torch: shift counts < 0 or >= bit
+// width give 0 (<<) or the sign fill (>>).  cast float->int truncates (C); out-of-range and NaN
+// give the x86 "integer indefinite" value (INT_MIN), like torch on x86.
+// ---------------------------------------------------------------------------------------------
+#pragma once
+
+#include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <iterator>
+#include <type_traits>
+
+#pragma GCC diagnostic push
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+// ------------------------------------------------------------------ width selection
+#if defined(TP_SCALAR)
+#undef TP_VEC_BYTES
+#define TP_VEC_BYTES 0
+#elif !defined(TP_VEC_BYTES)
+#if defined(__AVX512F__)
+#define TP_VEC_BYTES 64
+#elif defined(__AVX2__)
+#define TP_VEC_BYTES 32
+#else
+#define TP_VEC_BYTES 16
+#endif
+#endif
+
+#if TP_VEC_BYTES == 0
+#define TP_VEC_LANES 1
+#elif TP_VEC_BYTES == 16 || TP_VEC_BYTES == 32 || TP_VEC_BYTES == 64
+#define TP_VEC_LANES (TP_VEC_BYTES / 4)
+#else
+#error "TP_VEC_BYTES must be 0 (scalar), 16, 32 or 64"
+#endif
+
+// Hardware fused multiply-add available?  The math kernels use it when present and fall back to
+// exact (Dekker) products otherwise; both paths are tested.
+#if defined(__FMA__) || defined(__ARM_FEATURE_FMA) || defined(__aarch64__)
+#define TP_HAS_FMA 1
+#else
+#define TP_HAS_FMA 0
+#endif
+
+#define TP_INLINE inline __attribute__((always_inline))
+
+namespace tp {
+
+constexpr int kVecBytes = TP_VEC_BYTES;
+constexpr int kLanes = TP_VEC_LANES;
+
+template <typename T> struct Vec;
+template <int W> struct VecMask;
+using Mask = VecMask<4>;
+
+namespace detail {
+
+template <typename T>
+struct is_elem
+    : std::integral_constant<bool, std::is_same<T, float>::value || std::is_same<T, double>::value ||
+                                       std::is_same<T, int8_t>::value || std::is_same<T, uint8_t>::value ||
+                                       std::is_same<T, int16_t>::value || std::is_same<T, int32_t>::value ||
+                                       std::is_same<T, int64_t>::value> {};
+
+template <int W> struct int_of;
+template <> struct int_of<1> { using type = int8_t; };
+template <> struct int_of<2> { using type = int16_t; };
+template <> struct int_of<4> { using type = int32_t; };
+template <> struct int_of<8> { using type = int64_t; };
+
+// Register layout of kLanes lanes of T: `count` native vectors of `bytes` bytes each.
+template <typename T>
+struct layout {
+    static constexpr int total = kLanes * (int)sizeof(T);
+    static constexpr int bytes = (kVecBytes == 0 || total <= kVecBytes) ? total : kVecBytes;
+    static constexpr int count = total / bytes;
+    static constexpr int chunk_lanes = bytes / (int)sizeof(T);
+};
+template <typename T>
+struct chunk {
+    typedef T type __attribute__((vector_size(layout<T>::bytes)));
+    typedef T wide __attribute__((vector_size(layout<T>::total)));   // only for conversions
+};
+template <typename T> using uint_t = typename std::make_unsigned<T>::type;
+
+}  // namespace detail
+
+// =============================================================================================
+// VecMask<W>: the result of comparing Vec<T> with sizeof(T) == W.  Lanes are -1 (true) or 0.
+// =============================================================================================
+template <int W>
+struct VecMask {
+    using I = typename detail::int_of<W>::type;
+    using L = detail::layout<I>;
+    using chunk_type = typename detail::chunk<I>::type;
+    static constexpr int size = kLanes;
+    static constexpr int nchunks = L::count;
+    static constexpr int chunk_lanes = L::chunk_lanes;
+    chunk_type c[nchunks];
+
+    TP_INLINE VecMask() : c{} {}
+    TP_INLINE VecMask(bool b) : c{} {
+        for (int k = 0; k < nchunks; ++k)
+            for (int i = 0; i < chunk_lanes; ++i) c[k][i] = b ? I(-1) : I(0);
+    }
+    template <int W2, typename = typename std::enable_if<W2 != W>::type>
+    TP_INLINE VecMask(const VecMask<W2>& o) {   // width conversion (sign extension / truncation)
+        typename detail::chunk<typename VecMask<W2>::I>::wide src;
+        std::memcpy(&src, o.c, sizeof(src));
+        auto dst = __builtin_convertvector(src, typename detail::chunk<I>::wide);
+        std::memcpy(c, &dst, sizeof(c));
+    }
+    // bool tensors: one byte per element, 0 or 1
+    static TP_INLINE VecMask load(const bool* p) {
+        uint8_t t[size];
+        std::memcpy(t, p, size);
+        VecMask m;
+        for (int i = 0; i < size; ++i) m.c[i / chunk_lanes][i % chunk_lanes] = t[i] ? I(-1) : I(0);
+        return m;
+    }
+    static TP_INLINE VecMask loadn(const bool* p, int n) {
+        uint8_t t[size] = {};
+        for (int i = 0; i < n && i < size; ++i) t[i] = p[i] ? 1 : 0;
+        return load(reinterpret_cast<const bool*>(t));
+    }
+    TP_INLINE void store(bool* p) const {
+        uint8_t t[size];
+        for (int i = 0; i < size; ++i) t[i] = c[i / chunk_lanes][i % chunk_lanes] ? 1 : 0;
+        std::memcpy(p, t, size);
+    }
+    TP_INLINE void storen(bool* p, int n) const {
+        for (int i = 0; i < n && i < size; ++i) p[i] = c[i / chunk_lanes][i % chunk_lanes] != 0;
+    }
+    TP_INLINE bool operator[](int i) const { return c[i / chunk_lanes][i % chunk_lanes] != 0; }
+
+    friend TP_INLINE VecMask operator&(const VecMask& a, const VecMask& b) {
+        VecMask r;
+        for (int k = 0; k < nchunks; ++k) r.c[k] = a.c[k] & b.c[k];
+        return r;
+    }
+    friend TP_INLINE VecMask operator|(const VecMask& a, const VecMask& b) {
+        VecMask r;
+        for (int k = 0; k < nchunks; ++k) r.c[k] = a.c[k] | b.c[k];
+        return r;
+    }
+    friend TP_INLINE VecMask operator^(const VecMask& a, const VecMask& b) {
+        VecMask r;
+        for (int k = 0; k < nchunks; ++k) r.c[k] = a.c[k] ^ b.c[k];
+        return r;
+    }
+    friend TP_INLINE VecMask operator~(const VecMask& a) {
+        VecMask r;
+        for (int k = 0; k < nchunks; ++k) r.c[k] = ~a.c[k];
+        return r;
+    }
+    friend TP_INLINE VecMask operator!(const VecMask& a) { return ~a; }
+    friend TP_INLINE VecMask operator==(const VecMask& a, const VecMask& b) { return ~(a ^ b); }
+    friend TP_INLINE VecMask operator!=(const VecMask& a, const VecMask& b) { return a ^ b; }
+};
+
+template <int W> TP_INLINE bool any(const VecMask<W>& m) {
+    for (int i = 0; i < kLanes; ++i)
+        if (m[i]) return true;
+    return false;
+}
+template <int W> TP_INLINE bool all(const VecMask<W>& m) {
+    for (int i = 0; i < kLanes; ++i)
+        if (!m[i]) return false;
+    return true;
+}
+
+// =============================================================================================
+// Vec<T>
+// =============================================================================================
+template <typename T>
+struct Vec {
+    static_assert(detail::is_elem<T>::value,
+                  "tp::Vec<T>: T must be float, double, int8_t, uint8_t, int16_t, int32_t or int64_t");
+    using value_type = T;
+    using L = detail::layout<T>;
+    using chunk_type = typename detail::chunk<T>::type;
+    using mask_type = VecMask<sizeof(T)>;
+    static constexpr int size = kLanes;
+    static constexpr int nchunks = L::count;
+    static constexpr int chunk_lanes = L::chunk_lanes;
+    chunk_type c[nchunks];
+
+    TP_INLINE Vec() : c{} {}                 // all lanes zero
+    TP_INLINE Vec(T s) : c{} {                // broadcast (keeps -0.0 and NaN payloads)
+        for (int k = 0; k < nchunks; ++k)
+            for (int i = 0; i < chunk_lanes; ++i) c[k][i] = s;
+    }
+    static TP_INLINE Vec load(const T* p) {  // unaligned
+        Vec r;
+        std::memcpy(r.c, p, sizeof(r.c));
+        return r;
+    }
+    static TP_INLINE Vec loadn(const T* p, int n) {   // first n lanes, the rest 0
+        T t[size] = {};
+        for (int i = 0; i < n && i < size; ++i) t[i] = p[i];
+        return load(t);
+    }
+    static TP_INLINE Vec load_strided(const T* p, int64_t stride) {   // gather p[i*stride]
+        T t[size];
+        for (int i = 0; i < size; ++i) t[i] = p[(int64_t)i * stride];
+        return load(t);
+    }
+    template <typename Ix>
+    static TP_INLINE Vec gather(const T* p, const Vec<Ix>& idx) {       // p[idx[i]]
+        T t[size];
+        for (int i = 0; i < size; ++i) t[i] = p[(int64_t)idx[i]];
+        return load(t);
+    }
+    TP_INLINE void store(T* p) const { std::memcpy(p, c, sizeof(c)); }
+    TP_INLINE void storen(T* p, int n) const {
+        T t[size];
+        store(t);
+        for (int i = 0; i < n && i < size; ++i) p[i] = t[i];
+    }
+    TP_INLINE void store_strided(T* p, int64_t stride) const {
+        T t[size];
+        store(t);
+        for (int i = 0; i < size; ++i) p[(int64_t)i * stride] = t[i];
+    }
+    static TP_INLINE Vec iota(T start) {      // start, start+1, ...
+        T t[size];
+        for (int i = 0; i < size; ++i) t[i] = T(start + T(i));
+        return load(t);
+    }
+    TP_INLINE T operator[](int i) const { return c[i / chunk_lanes][i % chunk_lanes]; }
+    TP_INLINE void set(int i, T v) { c[i / chunk_lanes][i % chunk_lanes] = v; }
+
+    // ---- arithmetic (integers wrap: computed on the unsigned type) ----
+#define TP_VEC_ARITH(OP)                                                                  \
+    friend TP_INLINE Vec operator OP(const Vec& a, const Vec& b) {                        \
+        Vec r;                                                                            \
+        for (int k = 0; k < nchunks; ++k) {                                               \
+            if constexpr (std::is_integral<T>::value) {                                   \
+                using U = typename detail::chunk<detail::uint_t<T>>::type;                \
+                r.c[k] = (chunk_type)((U)a.c[k] OP (U)b.c[k]);                            \
+            } else {                                                                      \
+                r.c[k] = a.c[k] OP b.c[k];                                                \
+            }                                                                             \
+        }                                                                                 \
+        return r;                                                                         \
+    }                                                                                     \
+    TP_INLINE Vec& operator OP##=(const Vec& b) { return *this = *this OP b; }
+    TP_VEC_ARITH(+)
+    TP_VEC_ARITH(-)
+    TP_VEC_ARITH(*)
+#undef TP_VEC_ARITH
+
+    friend TP_INLINE Vec operator/(const Vec& a, const Vec& b) {
+        Vec r;
+        if constexpr (std::is_integral<T>::value) {
+            for (int k = 0; k < nchunks; ++k)
+                for (int i = 0; i < chunk_lanes; ++i) {
+                    T x = a.c[k][i], y = b.c[k][i];
+                    r.c[k][i] = y == 0 ? T(0) : (std::is_signed<T>::value && y == T(-1))
+                                                    ? T(detail::uint_t<T>(0) - detail::uint_t<T>(x))
+                                                    : T(x / y);
+                }
+        } else {
+            for (int k = 0; k < nchunks; ++k) r.c[k] = a.c[k] / b.c[k];
+        }
+        return r;
+    }
+    TP_INLINE Vec& operator/=(const Vec& b) { return *this = *this / b; }
+    friend TP_INLINE Vec operator%(const Vec& a, const Vec& b) {   // C remainder (integers)
+        static_assert(std::is_integral<T>::value, "operator% is for integer Vec; use tp::fmod");
+        Vec r;
+        for (int k = 0; k < nchunks; ++k)
+            for (int i = 0; i < chunk_lanes; ++i) {
+                T x = a.c[k][i], y = b.c[k][i];
+                r.c[k][i] = (y == 0 || (std::is_signed<T>::value && y == T(-1))) ? T(0) : T(x % y);
+            }
+        return r;
+    }
+    friend TP_INLINE Vec operator-(const Vec& a) {
+        if constexpr (std::is_integral<T>::value) {
+            return Vec(T(0)) - a;
+        } else {
+            Vec r;
+            for (int k = 0; k < nchunks; ++k) r.c[k] = -a.c[k];
+            return r;
+        }
+    }
+    friend TP_INLINE Vec operator+(const Vec& a) { return a; }
+
+    // ---- bitwise (integers) ----
+#define TP_VEC_BITOP(OP)                                                                  \
+    friend TP_INLINE Vec operator OP(const Vec& a, const Vec& b) {                        \
+        static_assert(std::is_integral<T>::value, "bitwise ops are for integer Vec");     \
+        Vec r;                                                                            \
+        for (int k = 0; k < nchunks; ++k) r.c[k] = a.c[k] OP b.c[k];                      \
+        return r;                                                                         \
+    }                                                                                     \
+    TP_INLINE Vec& operator OP##=(const Vec& b) { return *this = *this OP b; }
+    TP_VEC_BITOP(&)
+    TP_VEC_BITOP(|)
+    TP_VEC_BITOP(^)
+#undef TP_VEC_BITOP
+    friend TP_INLINE Vec operator~(const Vec& a) {
+        static_assert(std::is_integral<T>::value, "bitwise ops are for integer Vec");
+        Vec r;
+        for (int k = 0; k < nchunks; ++k) r.c[k] = ~a.c[k];
+        return r;
+    }
+    // shifts with torch semantics: count outside [0, bits) gives 0 (<<) or the sign fill (>>)
+    friend TP_INLINE Vec operator<<(const Vec& a, const Vec& b) {
+        static_assert(std::is_integral<T>::value, "shifts are for integer Vec");
+        using U = typename detail::chunk<detail::uint_t<T>>::type;
+        constexpr T nb = T(8 * sizeof(T));
+        const Vec zero(T(0)), bits(nb);
+        Vec r;
+        for (int k = 0; k < nchunks; ++k) {
+            auto oob = (b.c[k] < zero.c[k]) | (b.c[k] >= bits.c[k]);
+            chunk_type cnt = oob ? zero.c[k] : b.c[k];
+            chunk_type s = (chunk_type)((U)a.c[k] << (U)cnt);
+            r.c[k] = oob ? zero.c[k] : s;
+        }
+        return r;
+    }
+    friend TP_INLINE Vec operator>>(const Vec& a, const Vec& b) {
+        static_assert(std::is_integral<T>::value, "shifts are for integer Vec");
+        constexpr T nb = T(8 * sizeof(T));
+        const Vec zero(T(0)), bits(nb), top(T(nb - 1));
+        Vec r;
+        for (int k = 0; k < nchunks; ++k) {
+            auto oob = (b.c[k] < zero.c[k]) | (b.c[k] >= bits.c[k]);
+            if constexpr (std::is_signed<T>::value) {
+                chunk_type cnt = oob ? top.c[k] : b.c[k];
+                r.c[k] = a.c[k] >> cnt;
+            } else {
+                chunk_type cnt = oob ? zero.c[k] : b.c[k];
+                chunk_type s = a.c[k] >> cnt;
+                r.c[k] = oob ? zero.c[k] : s;
+            }
+        }
+        return r;
+    }
+    TP_INLINE Vec& operator<<=(const Vec& b) { return *this = *this << b; }
+    TP_INLINE Vec& operator>>=(const Vec& b) { return *this = *this >> b; }
+
+    // ---- comparisons -> VecMask<sizeof(T)> ----
+#define TP_VEC_CMP(OP)                                                                    \
+    friend TP_INLINE mask_type operator OP(const Vec& a, const Vec& b) {                  \
+        mask_type m;                                                                      \
+        for (int k = 0; k < nchunks; ++k)                                                 \
+            m.c[k] = (typename mask_type::chunk_type)(a.c[k] OP b.c[k]);                  \
+        return m;                                                                         \
+    }
+    TP_VEC_CMP(==)
+    TP_VEC_CMP(!=)
+    TP_VEC_CMP(<)
+    TP_VEC_CMP(<=)
+    TP_VEC_CMP(>)
+    TP_VEC_CMP(>=)
+#undef TP_VEC_CMP
+};
+
+// =============================================================================================
+// select, conversions
+// =============================================================================================
+template <typename T, int W>
+TP_INLINE Vec<T> where(const VecMask<W>& m0, const Vec<T>& a, const Vec<T>& b) {
+    const VecMask<sizeof(T)> m(m0);
+    Vec<T> r;
+    for (int k = 0; k < Vec<T>::nchunks; ++k) r.c[k] = m.c[k] ? a.c[k] : b.c[k];
+    return r;
+}
+template <typename T, int W>
+TP_INLINE Vec<T> where(const VecMask<W>& m, const Vec<T>& a, typename Vec<T>::value_type b) {
+    return where(m, a, Vec<T>(b));
+}
+template <typename T, int W>
+TP_INLINE Vec<T> where(const VecMask<W>& m, typename Vec<T>::value_type a, const Vec<T>& b) {
+    return where(m, Vec<T>(a), b);
+}
+template <int W, int W2>
+TP_INLINE VecMask<W> where(const VecMask<W2>& m0, const VecMask<W>& a, const VecMask<W>& b) {
+    const VecMask<W> m(m0);
+    return (m & a) | (~m & b);
+}
+
+// cast<U>(v): lane-wise C conversion (float->int truncates).
+template <typename U, typename T>
+TP_INLINE Vec<U> cast(const Vec<T>& v) {
+    if constexpr (std::is_same<U, T>::value) {
+        return v;
+    } else {
+        typename detail::chunk<T>::wide src;
+        std::memcpy(&src, v.c, sizeof(src));
+        auto dst = __builtin_convertvector(src, typename detail::chunk<U>::wide);
+        Vec<U> r;
+        std::memcpy(r.c, &dst, sizeof(r.c));
+        return r;
+    }
+}
+// cast<U>(mask): true -> 1, false -> 0
+template <typename U, int W>
+TP_INLINE Vec<U> cast(const VecMask<W>& m) {
+    return where(m, Vec<U>(U(1)), Vec<U>(U(0)));
+}
+template <typename T>
+TP_INLINE typename Vec<T>::mask_type to_mask(const Vec<T>& v) { return v != Vec<T>(T(0)); }
+
+// Reinterpret the bits of each lane (sizeof(U) == sizeof(T)).
+template <typename U, typename T>
+TP_INLINE Vec<U> bitcast(const Vec<T>& v) {
+    static_assert(sizeof(U) == sizeof(T), "bitcast needs equal lane widths");
+    Vec<U> r;
+    std::memcpy(r.c, v.c, sizeof(r.c));
+    return r;
+}
+
+// Apply a scalar function lane by lane (the fallback for functions without a vector version).
+template <typename T, typename F>
+TP_INLINE Vec<T> map(const Vec<T>& a, F f) {
+    Vec<T> r;
+    for (int k = 0; k < Vec<T>::nchunks; ++k)
+        for (int i = 0; i < Vec<T>::chunk_lanes; ++i) r.c[k][i] = f(a.c[k][i]);
+    return r;
+}
+template <typename T, typename F>
+TP_INLINE Vec<T> map(const Vec<T>& a, const Vec<T>& b, F f) {
+    Vec<T> r;
+    for (int k = 0; k < Vec<T>::nchunks; ++k)
+        for (int i = 0; i < Vec<T>::chunk_lanes; ++i) r.c[k][i] = f(a.c[k][i], b.c[k][i]);
+    return r;
+}
+
+namespace detail {
+template <typename T> using if_float = typename std::enable_if<std::is_floating_point<T>::value, Vec<T>>::type;
+template <typename T> using if_int = typename std::enable_if<std::is_integral<T>::value, Vec<T>>::type;
+template <typename T>
+using if_float_mask = typename std::enable_if<std::is_floating_point<T>::value, VecMask<sizeof(T)>>::type;
+template <typename T> TP_INLINE Vec<T> splat(T v) { return Vec<T>(v); }
+}  // namespace detail
+
+// =============================================================================================
+// basic elementwise functions (all dtypes)
+// =============================================================================================
+template <typename T>
+TP_INLINE typename Vec<T>::mask_type isnan(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) return a != a;
+    else return typename Vec<T>::mask_type(false);
+}
+template <typename T>
+TP_INLINE typename Vec<T>::mask_type isinf(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) {
+        const T inf = std::numeric_limits<T>::infinity();
+        return (a == Vec<T>(inf)) | (a == Vec<T>(-inf));
+    } else {
+        return typename Vec<T>::mask_type(false);
+    }
+}
+template <typename T>
+TP_INLINE typename Vec<T>::mask_type isfinite(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) {
+        return (a - a) == Vec<T>(T(0));   // false for inf and NaN
+    } else {
+        return typename Vec<T>::mask_type(true);
+    }
+}
+template <typename T>
+TP_INLINE typename Vec<T>::mask_type signbit(const Vec<T>& a) {
+    using I = typename detail::int_of<sizeof(T)>::type;
+    if constexpr (std::is_floating_point<T>::value) return bitcast<I>(a) < Vec<I>(I(0));
+    else return a < Vec<T>(T(0));
+}
+
+// torch.maximum / torch.minimum: NaN if either is NaN; otherwise (a > b ? a : b) -- for equal
+// values (also +0 vs -0) the second argument is returned, like ATen's vectorised path.
+template <typename T>
+TP_INLINE Vec<T> maximum(const Vec<T>& a, const Vec<T>& b) {
+    Vec<T> r = where(a > b, a, b);
+    if constexpr (std::is_floating_point<T>::value) r = where((a != a) | (b != b), a + b, r);
+    return r;
+}
+template <typename T>
+TP_INLINE Vec<T> minimum(const Vec<T>& a, const Vec<T>& b) {
+    Vec<T> r = where(a < b, a, b);
+    if constexpr (std::is_floating_point<T>::value) r = where((a != a) | (b != b), a + b, r);
+    return r;
+}
+// torch.clamp(x, lo, hi): NaN in x propagates
+template <typename T>
+TP_INLINE Vec<T> clamp(const Vec<T>& x, const Vec<T>& lo, const Vec<T>& hi) {
+    return minimum(maximum(x, lo), hi);
+}
+
+template <typename T>
+TP_INLINE Vec<T> neg(const Vec<T>& a) { return -a; }
+
+template <typename T>
+TP_INLINE Vec<T> abs(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) {   // clear the sign bit (NaN, -0 right)
+        using I = typename detail::int_of<sizeof(T)>::type;
+        return bitcast<T>(bitcast<I>(a) & Vec<I>(std::numeric_limits<I>::max()));
+    } else if constexpr (std::is_unsigned<T>::value) {
+        return a;
+    } else {
+        return where(a < Vec<T>(T(0)), -a, a);
+    }
+}
+
+// torch.sign: 1, -1 or 0; sign(+-0) = +0 and sign(NaN) = 0, exactly like torch on CPU.
+template <typename T>
+TP_INLINE Vec<T> sign(const Vec<T>& a) {
+    const Vec<T> zero(T(0));
+    return cast<T>(a > zero) - cast<T>(a < zero);
+}
+
+template <typename T>
+TP_INLINE Vec<T> copysign(const Vec<T>& mag, const Vec<T>& sgn) {
+    static_assert(std::is_floating_point<T>::value, "copysign is for floating Vec");
+    using I = typename detail::int_of<sizeof(T)>::type;
+    const Vec<I> smask(std::numeric_limits<I>::min());
+    return bitcast<T>((bitcast<I>(mag) & ~smask) | (bitcast<I>(sgn) & smask));
+}
+
+// rounding: exact hardware operations; integers are returned unchanged
+template <typename T>
+TP_INLINE Vec<T> floor(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::floor(v); });
+    else return a;
+}
+template <typename T>
+TP_INLINE Vec<T> ceil(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::ceil(v); });
+    else return a;
+}
+template <typename T>
+TP_INLINE Vec<T> trunc(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::trunc(v); });
+    else return a;
+}
+// torch.round: half to even (rint in the default round-to-nearest mode)
+template <typename T>
+TP_INLINE Vec<T> round(const Vec<T>& a) {
+    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::rint(v); });
+    else return a;
+}
+
+// correctly rounded square root (vsqrtps/vsqrtpd), reciprocal, 1/sqrt
+template <typename T>
+TP_INLINE detail::if_float<T> sqrt(const Vec<T>& a) { return map(a, [](T v) { return std::sqrt(v); }); }
+template <typename T>
+TP_INLINE detail::if_float<T> rsqrt(const Vec<T>& a) { return Vec<T>(T(1)) / sqrt(a); }
+template <typename T>
+TP_INLINE detail::if_float<T> reciprocal(const Vec<T>& a) { return Vec<T>(T(1)) / a; }
+
+// fused multiply-add a*b+c with one rounding (explicit: the code generator must not use it
+// for a*b+c unless the op asks for it, see invariant 3)
+template <typename T>
+TP_INLINE detail::if_float<T> fma(const Vec<T>& a, const Vec<T>& b, const Vec<T>& c) {
+    Vec<T> r;
+    for (int k = 0; k < Vec<T>::nchunks; ++k)
+        for (int i = 0; i < Vec<T>::chunk_lanes; ++i) r.c[k][i] = std::fma(a.c[k][i], b.c[k][i], c.c[k][i]);
+    return r;
+}
+
+// =============================================================================================
+// horizontal reductions: a fixed pairwise tree (lane i with lane i + size/2, halving), so the
+// result does not depend on anything but the lanes.  reduce_max/min propagate NaN.
+// =============================================================================================
+namespace detail {
+template <typename T>
+TP_INLINE T smax(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value)
+        if (a != a || b != b) return a + b;
+    return a > b ? a : b;
+}
+template <typename T>
+TP_INLINE T smin(T a, T b) {
+    if constexpr (std::is_floating_point<T>::value)
+        if (a != a || b != b) return a + b;
+    return a < b ? a : b;
+}
+template <typename T>
+TP_INLINE T swrap_mul(T a, T b) {
+    if constexpr (std::is_integral<T>::value) return T(detail::uint_t<T>(a) * detail::uint_t<T>(b));
+    else return a * b;
+}
+template <typename T>
+TP_INLINE T swrap_add(T a, T b) {
+    if constexpr (std::is_integral<T>::value) return T(detail::uint_t<T>(a) + detail::uint_t<T>(b));
+    else return a + b;
+}
+template <typename T, typename Op>
+TP_INLINE T reduce_tree(const Vec<T>& v, Op op) {
+    T t[kLanes];
+    v.store(t);
+    for (int s = kLanes / 2; s > 0; s /= 2)
+        for (int i = 0; i < s; ++i) t[i] = op(t[i], t[i + s]);
+    return t[0];
+}
+}  // namespace detail
+
+template <typename T> TP_INLINE T reduce_add(const Vec<T>& v) { return detail::reduce_tree(v, detail::swrap_add<T>); }
+template <typename T> TP_INLINE T reduce_mul(const Vec<T>& v) { return detail::reduce_tree(v, detail::swrap_mul<T>); }
+template <typename T> TP_INLINE T reduce_max(const Vec<T>& v) { return detail::reduce_tree(v, detail::smax<T>); }
+template <typename T> TP_INLINE T reduce_min(const Vec<T>& v) { return detail::reduce_tree(v, detail::smin<T>); }
+
+// =============================================================================================
+// division helpers with torch semantics
+// =============================================================================================
+namespace detail {
+template <typename T>
+inline T floordiv_int(T a, T b) {
+    if (b == 0) return T(0);                                 // torch raises ZeroDivisionError
+    if (std::is_signed<T>::value && b == T(-1)) return T(uint_t<T>(0) - uint_t<T>(a));
+    T q = T(a / b), r = T(a % b);
+    if (r != 0 && ((r < 0) != (b < 0))) q = T(q - 1);
+    return q;
+}
+template <typename T>
+inline T remainder_int(T a, T b) {
+    if (b == 0 || (std::is_signed<T>::value && b == T(-1))) return T(0);
+    T r = T(a % b);
+    if (r != 0 && ((r < 0) != (b < 0))) r = T(r + b);
+    return r;
+}
+template <typename T>
+inline T floordiv_float(T a, T b) {   // c10::div_floor_floating
+    if (b == 0) return a / b;
+    T mod = std::fmod(a, b);
+    T div = (a - mod) / b;
+    if ((mod != 0) && ((b < 0) != (mod < 0))) div -= T(1);
+    T fd;
+    if (div != 0) {
+        fd = std::floor(div);
+        if (div - fd > T(0.5)) fd += T(1);
+    } else {
+        fd = std::copysign(T(0), a / b);
+    }
+    return fd;
+}
+template <typename T>
+inline T remainder_float(T a, T b) {   // ATen remainder: fmod, then shift into b's sign
+    T mod = std::fmod(a, b);
+    if ((mod != 0) && ((b < 0) != (mod < 0))) mod += b;
+    return mod;
+}
+template <typename T>
+inline T ipow(T a, T b) {             // torch.pow on integers (b < 0: 1/a truncated)
+    if (b < 0) return a == 1 ? T(1) : (a == T(-1) ? ((b & 1) ? T(-1) : T(1)) : T(0));
+    uint_t<T> r = 1, x = uint_t<T>(a);
+    for (uint_t<T> e = uint_t<T>(b); e; e >>= 1) {
+        if (e & 1) r *= x;
+        x *= x;
+    }
+    return T(r);
+}
+}  // namespace detail
+
+// floor division (torch.floor_divide / Python //)
+template <typename T>
+TP_INLINE Vec<T> floordiv(const Vec<T>& a, const Vec<T>& b) {
+    if constexpr (std::is_integral<T>::value) return map(a, b, [](T x, T y) { return detail::floordiv_int(x, y); });
+    else return map(a, b, [](T x, T y) { return detail::floordiv_float(x, y); });
+}
+// remainder with the sign of the divisor (torch.remainder / Python %)
+template <typename T>
+TP_INLINE Vec<T> remainder(const Vec<T>& a, const Vec<T>& b) {
+    if constexpr (std::is_integral<T>::value) return map(a, b, [](T x, T y) { return detail::remainder_int(x, y); });
+    else return map(a, b, [](T x, T y) { return detail::remainder_float(x, y); });
+}
+// truncating division / C remainder (torch.div(rounding_mode='trunc'), torch.fmod)
+template <typename T>
+TP_INLINE Vec<T> truncdiv(const Vec<T>& a, const Vec<T>& b) {
+    if constexpr (std::is_integral<T>::value) return a / b;
+    else return trunc(a / b);
+}
+template <typename T>
+TP_INLINE Vec<T> fmod(const Vec<T>& a, const Vec<T>& b) {
+    if constexpr (std::is_integral<T>::value) return a % b;
+    else return map(a, b, [](T x, T y) { return std::fmod(x, y); });
+}
+template <typename T>
+TP_INLINE Vec<T> pow(const Vec<T>& a, const Vec<T>& b) {
+    if constexpr (std::is_integral<T>::value) return map(a, b, [](T x, T y) { return detail::ipow(x, y); });
+    else return map(a, b, [](T x, T y) { return std::pow(x, y); });
+}
+
+// =============================================================================================
+// transcendental functions
+// =============================================================================================
+namespace detail {
+
+template <typename T> struct fp;
+
+template <> struct fp<float> {
+    using I = int32_t;
+    static constexpr int mant = 23;
+    static constexpr I bias = 127;
+    static constexpr float magic = 0x1.8p23f;                   // 1.5*2^23: round to integer
+    static constexpr float log2e = 0x1.715476p+0f;
+    static constexpr float ln2_hi = 0x1.62e4p-1f;                // 15 bits: k*ln2_hi exact
+    static constexpr float ln2_lo = 0x1.7f7d1cp-20f;
+    static constexpr float ln2 = 0x1.62e43p-1f;
+    static constexpr float ln2_tail = -0x1.05c610p-29f;          // ln2 - (float)ln2
+    static constexpr float exp_lo = -104.0f, exp_hi = 89.0f;     // beyond: 0 / inf
+    static constexpr float exp2_lo = -152.0f, exp2_hi = 129.0f;
+    static constexpr float expm1_lo = -20.0f;                    // expm1 = -1 below
+    static constexpr I sqrt_half_bits = 0x3f3504f3;               // sqrt(2)/2
+    static constexpr float min_normal = 0x1p-126f;
+    static constexpr float subnormal_scale = 0x1p25f;
+    static constexpr I subnormal_exp = 25;
+    static constexpr float ivln2 = 0x1.715476p+0f, ivln2_lo = 0x1.4ae0cp-26f;
+    static constexpr float ivln10 = 0x1.bcb7b2p-2f, ivln10_lo = -0x1.5b235ep-27f;
+    static constexpr float log10_2hi = 0x1.344p-2f, log10_2lo = 0x1.3509f8p-18f;
+    static constexpr float split = 4097.0f;                      // Veltkamp: 2^12 + 1
+    static constexpr float tanh_cut = 0.625f, tanh_max = 10.0f;   // tanh(x) rounds to 1 beyond max
+    static constexpr float erf_cut = 0.75f, erfc_cut = 0.5f, erfc_K = 2.5f, erfc_max = 10.1f;
+    // expm1(r) = r + r^2*(1/2 + r*P(r)), |r| <= ln2/2 (+margin)
+    static constexpr float expm1_p[] = {0x1.555556p-3f, 0x1.555518p-5f, 0x1.1110cap-7f, 0x1.6d13e6p-10f,
+                                        0x1.a1550cp-13f};
+    // log(1+f) = 2 atanh(s), s = f/(2+f): R(z) = z*P(z), z = s^2
+    static constexpr float log_p[] = {0x1.555556p-1f, 0x1.9999eep-2f, 0x1.245afp-2f, 0x1.de14a6p-3f};
+    // tanh(x) = x + x^3*P(x^2), |x| < tanh_cut
+    static constexpr float tanh_p[] = {-0x1.555556p-2f, 0x1.1110eap-3f, -0x1.ba095p-5f, 0x1.64b11ap-6f,
+                                       -0x1.1195dcp-7f, 0x1.2d334cp-9f};
+    // erf(x) = x + x*P(x^2), |x| < erf_cut
+    static constexpr float erf_p[] = {0x1.06eba8p-3f, -0x1.81273ep-2f, 0x1.ce2d1ep-4f, -0x1.b7fb86p-6f,
+                                      0x1.54186cp-8f, -0x1.a479ep-11f, 0x1.4ac1b2p-14f};
+    // erfc(x) exp(x^2) (1+2x) = P(t), t = (x-K)/(x+K), erfc_cut <= x <= erfc_max; the constant
+    // term is P[0] + erfc_c0_lo (double-word)
+    static constexpr float erfc_c0_lo = -0x1.316c2cp-25f;
+    static constexpr float erfc_p[] = {0x1.43cc7p+0f, -0x1.f52c6p-4f, -0x1.959a96p-4f, 0x1.42d3acp-3f,
+                                       -0x1.a5c476p-4f, 0x1.0c555ep-5f, 0x1.f63c0cp-11f, -0x1.1cfd38p-8f,
+                                       0x1.b02c28p-12f, 0x1.185c84p-11f};
+};
+
+template <> struct fp<double> {
+    using I = int64_t;
+    static constexpr int mant = 52;
+    static constexpr I bias = 1023;
+    static constexpr double magic = 0x1.8p52;
+    static constexpr double log2e = 0x1.71547652b82fep+0;
+    static constexpr double ln2_hi = 0x1.62e42feep-1;             // 32 bits: k*ln2_hi exact
+    static constexpr double ln2_lo = 0x1.a39ef35793c76p-33;
+    static constexpr double ln2 = 0x1.62e42fefa39efp-1;
+    static constexpr double ln2_tail = 0x1.abc9e3b39803fp-56;     // ln2 - (double)ln2
+    static constexpr double exp_lo = -746.0, exp_hi = 710.0;
+    static constexpr double exp2_lo = -1077.0, exp2_hi = 1025.0;
+    static constexpr double expm1_lo = -40.0;
+    static constexpr I sqrt_half_bits = 0x3fe6a09e667f3bcdLL;
+    static constexpr double min_normal = 0x1p-1022;
+    static constexpr double subnormal_scale = 0x1p54;
+    static constexpr I subnormal_exp = 54;
+    static constexpr double ivln2 = 0x1.71547652b82fep+0, ivln2_lo = 0x1.777d0ffda0d24p-56;
+    static constexpr double ivln10 = 0x1.bcb7b1526e50ep-2, ivln10_lo = 0x1.95355baaafad3p-57;
+    static constexpr double log10_2hi = 0x1.34413508p-2, log10_2lo = 0x1.f79fef311f12bp-34;
+    static constexpr double split = 134217729.0;                 // Veltkamp: 2^27 + 1
+    static constexpr double tanh_cut = 0.625, tanh_max = 20.0;
+    static constexpr double erf_cut = 0.75, erfc_cut = 0.5, erfc_K = 3.0, erfc_max = 27.3;
+    static constexpr double expm1_p[] = {0x1.5555555555556p-3,  0x1.5555555555556p-5,  0x1.111111111095cp-7,
+                                         0x1.6c16c16c15d1dp-10, 0x1.a01a01a807f55p-13, 0x1.a01a01a986d1ap-16,
+                                         0x1.71de0ca86589ap-19, 0x1.27e4d3f141a93p-22, 0x1.af3b1528c6c24p-26,
+                                         0x1.1f80d08582119p-29};
+    static constexpr double log_p[] = {0x1.5555555555555p-1, 0x1.9999999999a45p-2, 0x1.2492492474d78p-2,
+                                       0x1.c71c7204c1437p-3, 0x1.745cf79e1a711p-3, 0x1.3b1c8077abf7ap-3,
+                                       0x1.0fb6d33f10da3p-3, 0x1.0c53d6e2d11edp-3};
+    static constexpr double tanh_p[] = {-0x1.5555555555555p-2, 0x1.11111111110adp-3,  -0x1.ba1ba1ba0f92bp-5,
+                                        0x1.664f487e31ad0p-6,  -0x1.226e347a025e5p-7, 0x1.d6d39c033a86cp-9,
+                                        -0x1.7d9f7f87bfe56p-10, 0x1.3527836afae39p-11, -0x1.f24ab87bdc5bcp-13,
+                                        0x1.846073a7c64f8p-14, -0x1.05f4a3a07e56fp-15, 0x1.b4050c4015db1p-18};
+    static constexpr double erf_p[] = {0x1.06eba8214db69p-3,  -0x1.812746b0379e6p-2, 0x1.ce2f21a042b32p-4,
+                                       -0x1.b82ce31284ea3p-6, 0x1.565bcd0dbc12cp-8,  -0x1.c02db3db011d6p-11,
+                                       0x1.f9a321dc17d5fp-14, -0x1.f4d1e387e7d41p-17, 0x1.b9df275d3f48bp-20,
+                                       -0x1.5f1ef1f7f490ap-23, 0x1.f7b62f79d360ep-27, -0x1.38a135d989b37p-30,
+                                       0x1.0608f58748ee0p-34};
+    static constexpr double erfc_c0_lo = 0x1.87ee27ee44ea1p-55;
+    static constexpr double erfc_p[] = {
+        0x1.40c522d7e4987p+0,  -0x1.15c084bb9e8f7p-3,  -0x1.85a15c58aa564p-5, 0x1.098366a5b490fp-3,
+        -0x1.e88b803a4a208p-4, 0x1.17ca2877e51e3p-4,   -0x1.8574c40b62372p-6, 0x1.4b884e605da02p-9,
+        0x1.ef1bdcdfa5328p-10, -0x1.98db55aaa48d2p-11, -0x1.b91238e782fc9p-14, 0x1.065aa9bf52ebcp-13,
+        0x1.4c0f2c4fae780p-18, -0x1.514944cec6064p-16, -0x1.85c78ba41a23ep-21, 0x1.d318cd28d3932p-19,
+        0x1.706ee1cfd51bfp-22, -0x1.50ec76f76818ep-21, -0x1.020bda2195ebep-23, 0x1.d77201732419dp-24,
+        0x1.7fbe7b6fcc0f6p-26, -0x1.f7fb7677f5a34p-27};
+};
+
+template <typename T> using ivec = Vec<typename fp<T>::I>;
+
+// shifts by a constant count in range (no torch out-of-range handling needed)
+template <int S, typename I>
+TP_INLINE Vec<I> shl_c(const Vec<I>& a) {
+    using U = typename chunk<uint_t<I>>::type;
+    Vec<I> r;
+    for (int k = 0; k < Vec<I>::nchunks; ++k) r.c[k] = (typename Vec<I>::chunk_type)((U)a.c[k] << S);
+    return r;
+}
+template <int S, typename I>
+TP_INLINE Vec<I> sra_c(const Vec<I>& a) {
+    Vec<I> r;
+    for (int k = 0; k < Vec<I>::nchunks; ++k) r.c[k] = a.c[k] >> S;
+    return r;
+}
+
+// a*b + c: fused where the hardware has FMA (more accurate), else two roundings
+template <typename T>
+TP_INLINE Vec<T> mla(const Vec<T>& a, const Vec<T>& b, const Vec<T>& c) {
+#if TP_HAS_FMA
+    return tp::fma(a, b, c);
+#else
+    return a * b + c;
+#endif
+}
+// a*b rounded, in a form the compiler cannot contract into a following addition
+// (-ffp-contract=fast would otherwise fuse it differently in scalar and vector code).
+// fma(a, b, -0) == a*b bit for bit, including signed zeros, inf and NaN.
+template <typename T>
+TP_INLINE Vec<T> mul_nc(const Vec<T>& a, const Vec<T>& b) {
+#if TP_HAS_FMA
+    return tp::fma(a, b, Vec<T>(T(-0.0)));
+#else
+    return a * b;
+#endif
+}
+// exact product: hi + lo == a*b (FMA, or Dekker/Veltkamp splitting without FMA)
+template <typename T>
+TP_INLINE void two_prod(const Vec<T>& a, const Vec<T>& b, Vec<T>& hi, Vec<T>& lo) {
+    hi = mul_nc(a, b);
+#if TP_HAS_FMA
+    lo = tp::fma(a, b, -hi);
+#else
+    const Vec<T> s(fp<T>::split);
+    Vec<T> ta = s * a, tb = s * b;
+    Vec<T> ah = ta - (ta - a), al = a - ah;
+    Vec<T> bh = tb - (tb - b), bl = b - bh;
+    lo = ((ah * bh - hi) + ah * bl + al * bh) + al * bl;
+#endif
+}
+template <typename T, size_t N>
+TP_INLINE Vec<T> horner(const Vec<T>& x, const T (&c)[N]) {
+    Vec<T> p(c[N - 1]);
+    for (int i = int(N) - 2; i >= 0; --i) p = mla(p, x, Vec<T>(c[i]));
+    return p;
+}
+// x clamped to [lo, hi]; NaN stays NaN
+template <typename T>
+TP_INLINE Vec<T> clamp_keep_nan(const Vec<T>& x, T lo, T hi) {
+    Vec<T> r = where(x < Vec<T>(lo), Vec<T>(lo), x);
+    return where(r > Vec<T>(hi), Vec<T>(hi), r);
+}
+template <typename T>
+TP_INLINE Vec<T> quiet_nan() { return Vec<T>(std::numeric_limits<T>::quiet_NaN()); }
+template <typename T>
+TP_INLINE Vec<T> infinity() { return Vec<T>(std::numeric_limits<T>::infinity()); }
+
+// 2^n for integer lanes n in the normal exponent range
+template <typename T>
+TP_INLINE Vec<T> pow2i(const ivec<T>& n) {
+    return bitcast<T>(shl_c<fp<T>::mant>(n + ivec<T>(fp<T>::bias)));
+}
+// p * 2^n in two exact-then-rounding steps: right for n down to 2*(min exponent) (subnormal
+// results are rounded once, correctly) and up to overflow
+template <typename T>
+TP_INLINE Vec<T> ldexp_split(const Vec<T>& p, const ivec<T>& n) {
+    ivec<T> n1 = sra_c<1>(n);
+    ivec<T> n2 = n - n1;
+    return (p * pow2i<T>(n1)) * pow2i<T>(n2);
+}
+// e^(r+c) = 1 + r + tail for |r| <= ln2/2 and |c| << |r| (c: the rounding error of r)
+template <typename T>
+TP_INLINE Vec<T> exp_tail(const Vec<T>& r, const Vec<T>& c) {
+    Vec<T> p = horner(r, fp<T>::expm1_p);
+    p = mla(p, r, Vec<T>(T(0.5)));
+    return mla(r * r, p, mla(c, r, c));   // r^2 (1/2 + r P(r)) + c (1 + r)
+}
+// A + r + tail rounded once more accurately: Fast2Sum of A + r (|A| >= |r| or A == 0), then
+// the low part and the tail are added before the final rounding
+template <typename T>
+TP_INLINE Vec<T> add3(const Vec<T>& A, const Vec<T>& r, const Vec<T>& tail) {
+    Vec<T> hi = A + r;
+    Vec<T> lo = (A - hi) + r;
+    return hi + (lo + tail);
+}
+// x = n*ln2 + r + c: n (float and int lanes), r, c (c = the rounding error of r)
+template <typename T>
+TP_INLINE void exp_reduce(const Vec<T>& x, Vec<T>& n, ivec<T>& ni, Vec<T>& r, Vec<T>& c) {
+    using F = fp<T>;
+    const Vec<T> magic(F::magic);
+    Vec<T> t = mla(x, Vec<T>(F::log2e), magic);
+    n = t - magic;
+    ni = bitcast<typename F::I>(t) - bitcast<typename F::I>(magic);
+    Vec<T> rh = mla(n, Vec<T>(-F::ln2_hi), x);   // exact (ln2_hi has trailing zeros)
+    r = mla(n, Vec<T>(-F::ln2_lo), rh);
+    c = mla(n, Vec<T>(-F::ln2_lo), rh - r);
+}
+
+// a/b for b with a known rounding error: (ah + al) / (bh + bl) given inv ~ 1/bh, one rounding
+// after a Newton-type correction (the remainder ah - q0*bh is exact)
+template <typename T>
+TP_INLINE Vec<T> div_dw(const Vec<T>& ah, const Vec<T>& al, const Vec<T>& bh, const Vec<T>& bl,
+                        const Vec<T>& inv) {
+    Vec<T> q0 = ah * inv;
+    Vec<T> ph, pl;
+    two_prod(q0, bh, ph, pl);
+    Vec<T> rem = mla(-q0, bl, ((ah - ph) - pl) + al);
+    return mla(rem, inv, q0);
+}
+// e^x == (hi + lo) * 2^n with hi + lo in [sqrt(2)/2, sqrt(2)] to about 2^-(2*mant) relative
+// (x clamped to [exp_lo, exp_hi], NaN kept); the scaling is left to the caller so that
+// products with hi + lo can be formed before a single final rounding (also for subnormals)
+template <typename T>
+TP_INLINE void exp_dw_unscaled(const Vec<T>& x0, Vec<T>& hi, Vec<T>& lo, ivec<T>& ni) {
+    using F = fp<T>;
+    Vec<T> x = clamp_keep_nan(x0, F::exp_lo, F::exp_hi);
+    Vec<T> n, r, c;
+    exp_reduce(x, n, ni, r, c);
+    const Vec<T> one(T(1));
+    Vec<T> h = one + r;
+    Vec<T> l = ((one - h) + r) + exp_tail(r, c);
+    hi = h + l;                       // renormalise (|h| >= |l|)
+    lo = l - (hi - h);
+}
+// e^x == hi + lo (lo loses accuracy where it is subnormal)
+template <typename T>
+TP_INLINE void exp_dw(const Vec<T>& x, Vec<T>& hi, Vec<T>& lo) {
+    ivec<T> ni;
+    exp_dw_unscaled(x, hi, lo, ni);
+    hi = ldexp_split(hi, ni);
+    lo = ldexp_split(lo, ni);
+}
+
+// log reduction: x = 2^k * (1+f), 1+f in [sqrt(2)/2, sqrt(2)); log(1+f) = f - hfsq + s*(hfsq+R)
+template <typename T>
+struct log_parts {
+    Vec<T> k, f, s, hfsq, hR;   // hR = hfsq + R
+};
+template <typename T, bool Subnormals>
+TP_INLINE log_parts<T> log_reduce(const Vec<T>& x) {
+    using F = fp<T>;
+    using I = typename F::I;
+    Vec<T> xs = x;
+    ivec<T> kadj(I(0));
+    if constexpr (Subnormals) {
+        auto sub = x < Vec<T>(F::min_normal);
+        xs = where(sub, x * Vec<T>(F::subnormal_scale), x);
+        kadj = where(sub, ivec<T>(I(-F::subnormal_exp)), kadj);
+    }
+    ivec<T> ix = bitcast<I>(xs);
+    ivec<T> k = sra_c<F::mant>(ix - ivec<T>(F::sqrt_half_bits));
+    Vec<T> m = bitcast<T>(ix - shl_c<F::mant>(k));
+    log_parts<T> p;
+    p.f = m - Vec<T>(T(1));
+    p.k = cast<T>(k + kadj);
+    p.s = p.f / (p.f + Vec<T>(T(2)));
+    Vec<T> z = p.s * p.s;
+    p.hfsq = mul_nc(Vec<T>(T(0.5)) * p.f, p.f);
+    p.hR = mla(z, horner(z, F::log_p), p.hfsq);
+    return p;
+}
+// log(x) for x <= 0, inf, NaN
+template <typename T>
+TP_INLINE Vec<T> log_fixup(const Vec<T>& x, const Vec<T>& r) {
+    Vec<T> special = where(x == Vec<T>(T(0)), -infinity<T>(), where(x < Vec<T>(T(0)), quiet_nan<T>(), x));
+    return where((x > Vec<T>(T(0))) & (x < infinity<T>()), r, special);
+}
+// log(1+f) as hi + lo with hi = f - hfsq (used by log2/log10)
+template <typename T>
+TP_INLINE void log1pf_hilo(const log_parts<T>& p, Vec<T>& hi, Vec<T>& lo) {
+    hi = p.f - p.hfsq;
+    lo = mla(p.s, p.hR, (p.f - hi) - p.hfsq);
+}
+// exp(-x^2) * erfcx(x) for x >= erfc_cut (clamped to [erfc_cut, erfc_max]; NaN kept)
+template <typename T>
+TP_INLINE Vec<T> erfc_tail(const Vec<T>& a);
+}  // namespace detail
+
+// ---- exp family ------------------------------------------------------------------------------
+template <typename T>
+TP_INLINE detail::if_float<T> exp(const Vec<T>& x0) {
+    using F = detail::fp<T>;
+    Vec<T> x = detail::clamp_keep_nan(x0, F::exp_lo, F::exp_hi);
+    Vec<T> n, r, c;
+    detail::ivec<T> ni;
+    detail::exp_reduce(x, n, ni, r, c);
+    Vec<T> y = detail::add3(Vec<T>(T(1)), r, detail::exp_tail(r, c));   // e^(r+c)
+    return detail::ldexp_split(y, ni);
+}
+
+template <typename T>
+TP_INLINE detail::if_float<T> exp2(const Vec<T>& x0) {
+    using F = detail::fp<T>;
+    Vec<T> x = detail::clamp_keep_nan(x0, F::exp2_lo, F::exp2_hi);
+    const Vec<T> magic(F::magic);
+    Vec<T> t = x + magic;
+    Vec<T> n = t - magic;
+    detail::ivec<T> ni = bitcast<typename F::I>(t) - bitcast<typename F::I>(magic);
+    Vec<T> f = x - n;   // exact, |f| <= 1/2
+    Vec<T> r, c;
+    detail::two_prod(f, Vec<T>(F::ln2), r, c);   // f*ln2 = r + c
+    c = detail::mla(f, Vec<T>(F::ln2_tail), c);
+    Vec<T> y = detail::add3(Vec<T>(T(1)), r, detail::exp_tail(r, c));
+    return detail::ldexp_split(y, ni);
+}
+
+template <typename T>
+TP_INLINE detail::if_float<T> expm1(const Vec<T>& x0) {
+    using F = detail::fp<T>;
+    using I = typename F::I;
+    Vec<T> x = detail::clamp_keep_nan(x0, F::expm1_lo, F::exp_hi);
+    Vec<T> n, r, c;
+    detail::ivec<T> ni;
+    detail::exp_reduce(x, n, ni, r, c);
+    Vec<T> tail = detail::exp_tail(r, c);
+    // expm1 = 2^n (1 + r + tail) - 1, with one final rounding of a three-term sum:
+    //   n <= 0:          (2^n - 1) + 2^n r + 2^n tail          (2^n - 1 exact for n >= -mant)
+    //   1 <= n <= mant:  ((1 - 2^-n) + r + tail) * 2^n          (1 - 2^-n exact)
+    //   n > mant:        (1 + r + (tail - 2^-n)) * 2^n          (may overflow to inf)
+    const detail::ivec<T> zero(I(0)), nmant(I(F::mant)), cap(I(100));
+    auto nonpos = ni <= zero;
+    Vec<T> t = detail::pow2i<T>(where(nonpos, ni, zero));                  // 2^min(n,0)
+    Vec<T> tinv = detail::pow2i<T>(-where(ni < cap, ni, cap));            // 2^-min(n,100)
+    const Vec<T> one(T(1));
+    Vec<T> A = where(nonpos, t - one, where(ni <= nmant, one - tinv, one));
+    Vec<T> R = where(nonpos, t * r, r);
+    Vec<T> TL = where(nonpos, t * tail, where(ni <= nmant, tail, tail - tinv));
+    Vec<T> y = detail::add3(A, R, TL);
+    Vec<T> res = detail::ldexp_split(y, where(nonpos, zero, ni));
+    return where(x0 == Vec<T>(T(0)), x0, res);   // keeps -0
+}
+
+// ---- log family ------------------------------------------------------------------------------
+template <typename T>
+TP_INLINE detail::if_float<T> log(const Vec<T>& x) {
+    using F = detail::fp<T>;
+    detail::log_parts<T> p = detail::log_reduce<T, true>(x);
+    Vec<T> lo = detail::mla(p.s, p.hR, p.k * Vec<T>(F::ln2_lo));
+    Vec<T> r = detail::mla(p.k, Vec<T>(F::ln2_hi), p.f - (p.hfsq - lo));
+    return detail::log_fixup(x, r);
+}
+
+template <typename T>
+TP_INLINE detail::if_float<T> log2(const Vec<T>& x) {
+    using F = detail::fp<T>;
+    detail::log_parts<T> p = detail::log_reduce<T, true>(x);
+    Vec<T> hi, lo, vh, vl;
+    detail::log1pf_hilo(p, hi, lo);
+    detail::two_prod(hi, Vec<T>(F::ivln2), vh, vl);
+    vl = vl + detail::mla(hi, Vec<T>(F::ivln2_lo), lo * Vec<T>(F::ivln2));
+    Vec<T> w = p.k + vh;
+    vl = vl + ((p.k - w) + vh);
+    return detail::log_fixup(x, w + vl);
+}
+
+template <typename T>
+TP_INLINE detail::if_float<T> log10(const Vec<T>& x) {
+    using F = detail::fp<T>;
+    detail::log_parts<T> p = detail::log_reduce<T, true>(x);
+    Vec<T> hi, lo, vh, vl;
+    detail::log1pf_hilo(p, hi, lo);
+    detail::two_prod(hi, Vec<T>(F::ivln10), vh, vl);
+    vl = vl + detail::mla(hi, Vec<T>(F::ivln10_lo), detail::mla(lo, Vec<T>(F::ivln10), p.k * Vec<T>(F::log10_2lo)));
+    Vec<T> y2 = p.k * Vec<T>(F::log10_2hi);   // exact
+    Vec<T> w = y2 + vh;
+    vl = vl + ((y2 - w) + vh);
+    return detail::log_fixup(x, w + vl);
+}
+
+template <typename T>
+TP_INLINE detail::if_float<T> log1p(const Vec<T>& x) {
+    using F = detail::fp<T>;
+    const Vec<T> one(T(1));
+    Vec<T> u = one + x;
+    // rounding error of u = 1 + x (Fast2Sum, larger operand first), divided by u
+    Vec<T> c = where(abs(x) >= one, one - (u - x), x - (u - one)) / u;
+    detail::log_parts<T> p = detail::log_reduce<T, false>(u);
+    Vec<T> lo = detail::mla(p.s, p.hR, detail::mla(p.k, Vec<T>(F::ln2_lo), c));
+    Vec<T> r = detail::mla(p.k, Vec<T>(F::ln2_hi), p.f - (p.hfsq - lo));
+    Vec<T> special = where(x == -one, -detail::infinity<T>(), where(x < -one, detail::quiet_nan<T>(), x));
+    r = where((x > -one) & (x < detail::infinity<T>()), r, special);
+    return where(x == Vec<T>(T(0)), x, r);   // keeps -0
+}
+
+// ---- hyperbolic, logistic ----------------------------------------------------------------------
+template <typename T>
+TP_INLINE detail::if_float<T> tanh(const Vec<T>& x) {
+    using F = detail::fp<T>;
+    const Vec<T> one(T(1));
+    Vec<T> a = abs(x);
+    Vec<T> z = x * x;
+    Vec<T> small = detail::mla(x * z, detail::horner(z, F::tanh_p), x);
+    // |x| >= cut: 1 - 2/(e^{2|x|} + 1), e and e + 1 kept as double-words
+    Vec<T> ac = detail::clamp_keep_nan(a, T(0), F::tanh_max);
+    Vec<T> eh, el;
+    detail::exp_dw(ac + ac, eh, el);
+    Vec<T> dh = eh + one;
+    Vec<T> dl = ((eh - dh) + one) + el;   // e >= 1: Fast2Sum
+    Vec<T> q = detail::div_dw(Vec<T>(T(2)), Vec<T>(T(0)), dh, dl, one / dh);
+    Vec<T> big = copysign(one - q, x);
+    return where(a < Vec<T>(F::tanh_cut), where(x == Vec<T>(T(0)), x, small), big);   // keeps -0
+}
+
+// sigmoid(x) = 1/(1+exp(-x)), evaluated with e = exp(-|x|) <= 1 so that neither branch overflows
+template <typename T>
+TP_INLINE detail::if_float<T> sigmoid(const Vec<T>& x) {
+    const Vec<T> one(T(1)), zero(T(0));
+    Vec<T> eh, el;
+    detail::exp_dw(-abs(x), eh, el);      // e = exp(-|x|) in (0, 1]
+    Vec<T> dh = one + eh;
+    Vec<T> dl = ((one - dh) + eh) + el;   // 1 + e == dh + dl
+    Vec<T> inv = one / dh;
+    Vec<T> pos = detail::div_dw(one, zero, dh, dl, inv);   // 1/(1+e)   for x >= 0
+    Vec<T> neg_ = detail::div_dw(eh, el, dh, dl, inv);     // e/(1+e)   for x < 0
+    return where(x >= zero, pos, neg_);
+}
+
+// ---- error function ----------------------------------------------------------------------------
+namespace detail {
+template <typename T>
+TP_INLINE Vec<T> erfc_tail(const Vec<T>& a) {
+    using F = fp<T>;
+    const Vec<T> one(T(1));
+    Vec<T> b = clamp_keep_nan(a, F::erfc_cut, F::erfc_max);
+    const Vec<T> K(F::erfc_K);
+    Vec<T> t = (b - K) / (b + K);
+    // H = P(t) = c0 + t*Q(t) as a double-word Hh + Hl
+    Vec<T> Q(F::erfc_p[std::size(F::erfc_p) - 1]);
+    for (int i = int(std::size(F::erfc_p)) - 2; i >= 1; --i) Q = mla(Q, t, Vec<T>(F::erfc_p[i]));
+    Vec<T> ph, pl;
+    two_prod(t, Q, ph, pl);
+    const Vec<T> c0(F::erfc_p[0]);
+    Vec<T> Hh = c0 + ph;
+    Vec<T> Hl = (((c0 - Hh) + ph) + pl) + Vec<T>(F::erfc_c0_lo);
+    // G = erfc(b) exp(b^2) = H / (2b + 1) as G0 + Gl
+    Vec<T> dh = (b + b) + one;
+    Vec<T> dl = ((b + b) - dh) + one;     // 2b + 1 == dh + dl
+    Vec<T> inv = one / dh;
+    Vec<T> G0 = mul_nc(Hh, inv);
+    Vec<T> gh, gl;
+    two_prod(G0, dh, gh, gl);
+    Vec<T> Gl = mul_nc(mla(-G0, dl, ((Hh - gh) - gl) + Hl), inv);
+    // exp(-b^2) = exp(-h - l) = (eh + el) (1 - l)
+    Vec<T> h, l;
+    two_prod(b, b, h, l);
+    Vec<T> eh, el;
+    ivec<T> ni;
+    exp_dw_unscaled(-h, eh, el, ni);
+    // erfc = (eh + el)(1 - l)(G0 + Gl) 2^n, rounded once before the exact-or-final scaling
+    Vec<T> Ph, Pl;
+    two_prod(eh, G0, Ph, Pl);
+    return ldexp_split(Ph + (Pl + mla(eh, mla(-G0, l, Gl), mul_nc(el, G0))), ni);
+}
+// P(x^2) with erf(x) = x + x P(x^2)
+template <typename T>
+TP_INLINE Vec<T> erf_small_p(const Vec<T>& x) {
+    return horner(x * x, fp<T>::erf_p);
+}
+}  // namespace detail
+
+template <typename T>
+TP_INLINE detail::if_float<T> erf(const Vec<T>& x) {
+    using F = detail::fp<T>;
+    Vec<T> a = abs(x);
+    Vec<T> small = detail::mla(x, detail::erf_small_p(x), x);
+    Vec<T> big = copysign(Vec<T>(T(1)) - detail::erfc_tail(a), x);
+    return where(a < Vec<T>(F::erf_cut), small, big);
+}
+
+template <typename T>
+TP_INLINE detail::if_float<T> erfc(const Vec<T>& x) {
+    using F = detail::fp<T>;
+    Vec<T> a = abs(x);
+    const Vec<T> one(T(1));
+    Vec<T> h = one - x;
+    Vec<T> small = h + detail::mla(-x, detail::erf_small_p(x), (one - h) - x);   // 1 - x - x P(x^2)
+    Vec<T> E = detail::erfc_tail(a);
+    Vec<T> big = where(x > Vec<T>(T(0)), E, Vec<T>(T(2)) - E);
+    return where(a < Vec<T>(F::erfc_cut), small, big);
+}
+
+// ---- per-lane libm (no vector version; see the table at the top) -----------------------------
+#define TP_LIBM_UNARY(NAME)                                                               \
+    template <typename T>                                                                 \
+    inline detail::if_float<T> NAME(const Vec<T>& a) {                                    \
+        return map(a, [](T v) { return std::NAME(v); });                                  \
+    }
+TP_LIBM_UNARY(sin)
+TP_LIBM_UNARY(cos)
+TP_LIBM_UNARY(tan)
+TP_LIBM_UNARY(asin)
+TP_LIBM_UNARY(acos)
+TP_LIBM_UNARY(atan)
+TP_LIBM_UNARY(sinh)
+TP_LIBM_UNARY(cosh)
+TP_LIBM_UNARY(asinh)
+TP_LIBM_UNARY(acosh)
+TP_LIBM_UNARY(atanh)
+TP_LIBM_UNARY(cbrt)
+TP_LIBM_UNARY(lgamma)
+#undef TP_LIBM_UNARY
+#define TP_LIBM_BINARY(NAME)                                                              \
+    template <typename T>                                                                 \
+    inline detail::if_float<T> NAME(const Vec<T>& a, const Vec<T>& b) {                   \
+        return map(a, b, [](T u, T v) { return std::NAME(u, v); });                       \
+    }
+TP_LIBM_BINARY(atan2)
+TP_LIBM_BINARY(hypot)
+TP_LIBM_BINARY(nextafter)
+#undef TP_LIBM_BINARY
+
+}  // namespace tp
+
+#pragma GCC diagnostic pop

@@ -302,3 +302,23 @@ def test_locate_error_names_the_broken_layer():
     assert res.first_bad == "broken_test"
     assert res.details["eager"] == "ok" and res.details["stax"] == "ok"
     assert "max abs difference" in res.details["broken_test"]
+
+
+def test_bounds_interval_analysis():
+    import sympy
+    from tensorplay.compiler.backends.stax.bounds import Interval, bound, check_access, index_type
+    from tensorplay.compiler.backends.stax.ir import Unsupported
+    x, r = sympy.symbols("x r", integer=True)
+    ranges = {x: (0, 63), r: (0, 127)}
+    assert bound(128 * x + r, ranges) == Interval(0, 8191)
+    assert bound(3 - 2 * r, ranges) == Interval(-251, 3)
+    check_access("buf", 128 * x + r, ranges, 8192)            # proved in range
+    with pytest.raises(Unsupported, match="cannot prove"):
+        check_access("buf", 128 * x + r + 1, ranges, 8192)    # one past the end
+    assert index_type([bound(128 * x + r, ranges)]) == "int32_t"
+    big = {x: (0, 2 ** 20), r: (0, 2 ** 12)}
+    assert index_type([bound(4096 * x + r, big)]) == "int64_t"
+    # the generated kernel declares the width it proved
+    cf = tp.compile(lambda a: a * 2, strict_native=True)
+    cf(rnd(8, 8))
+    assert "using idx_t = int32_t;" in cf._cache[0].artifact.source

@@ -309,15 +309,39 @@ class KernelGen:
         return ph, nphase
 
     def _collect_exprs(self):
+        """All (buffer, index) accesses of the group, over the per-dim kernel variables."""
         exprs = []
+        self.accesses = []
         for n in self.g.nodes:
             pl = self.placements[n.name]
             idx = kernel_index(n, pl, self.sig)
-            for _, e in n.record(idx):
+            for name, e in n.record(idx):
                 exprs.append(e)
+                self.accesses.append((name, e))
             if n.name not in self.locals:
-                exprs.append(n.buf.layout.index(idx[0]))
+                e = n.buf.layout.index(idx[0])
+                exprs.append(e)
+                self.accesses.append((n.name, e))
         return exprs
+
+    def _check_bounds(self):
+        """§6.8: prove every access in range (no run-time checks) and pick the index width."""
+        from ..bounds import bound, check_access, index_type
+        outer, inner = self.sig
+        ranges = {v: (0, n - 1) for v, n in zip(self.xs, outer)}
+        ranges.update({v: (0, n - 1) for v, n in zip(self.rs, inner)})
+        extents = {b.name: b.layout.storage_extent() for b in list(self.graph.inputs) + list(self.graph.buffers)}
+        for name, t in self.graph.constants.items():
+            extents[name] = t.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) \
+                if t.numel() else 0
+        ivs = []
+        for name, e in self.accesses:
+            if name in self.locals:
+                continue
+            check_access(name, e, ranges, extents[name])
+            if all(hi >= lo for lo, hi in ranges.values()):
+                ivs.append(bound(e, ranges))
+        return index_type(ivs)
 
     def _merge(self, vars_, sizes, exprs):
         """Prop. 6.3: merge adjacent loops (a outer, b inner) when every access has
@@ -349,6 +373,7 @@ class KernelGen:
     def generate(self) -> str:
         outer, inner = self.sig
         exprs = self._collect_exprs()
+        self.index_t = self._check_bounds()
         og, osz = self._merge(self.xs, outer, exprs)
         ig, isz = self._merge(self.rs, inner, exprs)
         self._merge_subs = {}
@@ -387,7 +412,7 @@ class KernelGen:
             if d == 0 and depth > 0:
                 lines.append(ind * level + (f"#pragma omp parallel for collapse({depth})" if depth > 1
                                             else "#pragma omp parallel for"))
-            lines.append(ind * level + f"for (int64_t {m} = 0; {m} < {size}; {m} += 1) {{")
+            lines.append(ind * level + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
             level += 1
         # scratch arrays for inner locals read in a later phase
         for n in self.g.nodes:
@@ -409,7 +434,8 @@ class KernelGen:
         for name, (ct, out) in self.params.items():
             params.append(f"{'' if out else 'const '}{ct}* __restrict__ {name}")
         head = [f'extern "C" void {self.name}({", ".join(params)}) {{',
-                "    constexpr int64_t VL = tp::Vec<float>::size;", "    (void)VL;"]
+                f"    using idx_t = {self.index_t};   // every index proved to fit (bounds.py)",
+                "    constexpr idx_t VL = tp::Vec<float>::size;", "    (void)VL;"]
         return "\n".join(head + lines + ["}"])
 
     def scratch_expr(self):
@@ -450,12 +476,12 @@ class KernelGen:
                 for u in range(UNROLL):
                     lines.append(ind * lvl + f"{_vt(acc_dt)} acc_{n.name}_{u}({ident});")
             for k, (m, size) in enumerate(self.inner_loops[:-1]):
-                lines.append(ind * lvl + f"for (int64_t {m} = 0; {m} < {size}; {m} += 1) {{")
+                lines.append(ind * lvl + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
                 lvl += 1
             if self.inner_loops:
                 vm, vsize = self.inner_loops[-1]
                 self.vec_var = vm
-                lines.append(ind * lvl + f"int64_t {vm} = 0;")
+                lines.append(ind * lvl + f"idx_t {vm} = 0;")
                 if reds and UNROLL > 1:
                     lines.append(ind * lvl + f"for (; {vm} + {UNROLL} * VL <= {vsize}; {vm} += {UNROLL} * VL) {{")
                     for u in range(UNROLL):
@@ -463,8 +489,8 @@ class KernelGen:
                     lines.append(ind * lvl + "}")
                 if self.parallel_inner:
                     lines.append(ind * lvl + "#pragma omp parallel for")
-                    lines.append(ind * lvl + f"for (int64_t {vm}_b = 0; {vm}_b < {vsize} / VL; {vm}_b += 1) {{")
-                    lines.append(ind * (lvl + 1) + f"const int64_t {vm} = {vm}_b * VL;")
+                    lines.append(ind * lvl + f"for (idx_t {vm}_b = 0; {vm}_b < {vsize} / VL; {vm}_b += 1) {{")
+                    lines.append(ind * (lvl + 1) + f"const idx_t {vm} = {vm}_b * VL;")
                     lines += self._body(inner_nodes, "vec", lvl + 1, 0)
                     lines.append(ind * lvl + "}")
                     lines.append(ind * lvl + f"{vm} = ({vsize} / VL) * VL;")
@@ -524,7 +550,7 @@ class KernelGen:
         if offset:
             out.append(ind * level + "{")
             level += 1
-            out.append(ind * level + f"const int64_t {vm}_u = {vm} + {offset} * VL;")
+            out.append(ind * level + f"const idx_t {vm}_u = {vm} + {offset} * VL;")
         saved = dict(self.phase_values)
         subs_backup = None
         if offset:

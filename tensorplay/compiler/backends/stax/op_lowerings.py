@@ -342,6 +342,24 @@ def _to_copy(a, dtype=None, device=None, non_blocking=False):
                                lambda idx: loader(idx) if src == out.dtype else ops.to_dtype(loader(idx), out.dtype)))
 
 
+@register_lowering("copy_")
+def _copy_(dst, src, non_blocking=False):
+    """A write-back of a mutated graph input (functionalisation leaves only these): the value
+    is computed by a kernel like any other and copied into the input by the wrapper."""
+    from .ir import InputBuffer
+    if not isinstance(dst.data, InputBuffer):
+        raise Unsupported("copy_ into something other than a graph input")
+    shape = dst.get_size()
+    if isinstance(src, TensorBox):
+        ld, sdt = broadcast_loader(src, shape), src.dtype
+        val = TensorBox(Pointwise(dst.dtype, dst.device, shape,
+                                  lambda i: ld(i) if sdt == dst.dtype else ops.to_dtype(ld(i), dst.dtype)))
+    else:
+        val = TensorBox(Pointwise(dst.dtype, dst.device, shape, lambda i: ops.constant(src, dst.dtype)))
+    V.graph.mutations.append((dst.data, V.graph.realize(val)))
+    return dst
+
+
 @register_lowering("masked_fill")
 def _masked_fill(a, mask, value):
     if isinstance(value, TensorBox):

@@ -146,6 +146,8 @@ class Scheduler:
         self.nodes = [SchedNode(b, i) for i, b in enumerate(graph.buffers)]
         self.by_name = {n.name: n for n in self.nodes}
         self.output_names = {o.name if not isinstance(o, ReinterpretView) else o.data.name for o in graph.outputs}
+        # values written back into mutated inputs are read by the wrapper: they must reach memory
+        self.output_names |= {src.name for _, src in graph.mutations}
         self.groups = [Group(n) for n in self.nodes]
         self.group_of = {n.name: g for g in self.groups for n in g.nodes}
         self._bytes = {}

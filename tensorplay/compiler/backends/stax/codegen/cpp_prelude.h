@@ -30,29 +30,25 @@
 // instead of two) even with -std=c++17; pass -ffp-contract=off to get results bit-identical to
 // eager PyTorch for composite expressions.  The functions below do not depend on that setting.
 //
-// ACCURACY CONTRACT (max error in ulps of the exact result, measured and enforced by
-// test/stax/test_cpp_prelude.py on ~1e5 points per function and dtype incl. special values,
-// identical for every width; "cr" = correctly rounded, bit-exact with IEEE/numpy/torch):
+// ACCURACY CONTRACT (max error in ulps of the exact result over the whole domain, float32 and
+// float64; enforced by test/stax/test_cpp_prelude.py on ~1e5 points per function and dtype plus
+// special values, for every width, with and without FMA hardware; measured maxima are listed in
+// docs/cpp_prelude.md).  "cr" = correctly rounded, i.e. bit-exact with IEEE, numpy and torch.
 //
-//   function            float32   float64   implementation
-//   + - * / sqrt          cr        cr       hardware (sqrt: vsqrtps/vsqrtpd), rsqrt = 1/sqrt(x)
-//   floor ceil trunc      exact     exact    hardware rounding (vrndscale), round = half-to-even
-//   exp                   1         1        vectorised: Cody-Waite reduction + own minimax poly
-//   exp2                  1         1        vectorised (shares exp's kernel)
-//   expm1                 1         1        vectorised (shares exp's kernel)
-//   log                   1         1        vectorised: exponent split + atanh-series minimax
-//   log2 log10            1         1        vectorised (shares log's kernel, double-word steps)
-//   log1p                 1         1        vectorised (log kernel + rounding correction of 1+x)
-//   tanh                  2         2        vectorised: odd minimax poly |x|<0.625, else exp
-//   sigmoid               2         2        vectorised: exp(-|x|) + corrected division
-//   erf                   2         2        vectorised: odd poly |x|<1, else 1 - erfc
-//   erfc                  4         4        vectorised: exp(-x^2)*erfcx(x), erfcx = poly in
-//                                            t=(x-K)/(x+K) (own minimax fit)
-//   sin cos tan asin acos atan sinh cosh asinh acosh atanh cbrt pow fmod atan2 hypot
-//                         libm      libm     per-lane calls to std:: (glibc: <= 1-2 ulp)
-// (The numbers above are the documented bounds; the measured maxima are in docs/cpp_prelude.md.)
-// Polynomial coefficients were fitted for this file with a weighted Remez exchange (mpmath)
-// and are stored as exact hexadecimal literals.
+//   function                 bound  implementation
+//   + - * /  sqrt            cr     hardware (vsqrtps/vsqrtpd); rsqrt = 1/sqrt(x), reciprocal = 1/x
+//   floor ceil trunc round   exact  hardware rounding (vrndscale/vroundps); round = half to even
+//   exp exp2 expm1           1      vectorised: Cody-Waite reduction + minimax polynomial
+//   log log2 log10 log1p     1      vectorised: exponent split + atanh-series minimax polynomial
+//   tanh sigmoid             1      vectorised: polynomial near 0, exp as a double-word elsewhere
+//   erf erfc                 1      vectorised: odd polynomial near 0, else exp(-x^2) * erfcx(x)
+//                                   with erfcx a polynomial in t = (x-K)/(x+K)
+//   sin cos                  1      vectorised in double precision (3-part pi/2, double-word
+//   tan                      1.5    reduction) for |x| <= 2^28; per-lane libm beyond
+//   asin acos atan sinh cosh asinh acosh atanh cbrt lgamma atan2 hypot nextafter pow fmod
+//                            libm   per-lane calls to std:: (glibc: <= 1-4 ulp, cbrt ~3)
+// Subnormal inputs and results are handled (never flushed to zero).  Polynomial coefficients were
+// fitted for this file with a weighted Remez exchange (mpmath) and are stored as exact hex literals.
 //
 // INTEGERS.  + - * and unary - wrap (two's complement, computed unsigned: no UB).  / and % are C
 // truncating division that never traps: x/0 == 0, x%0 == 0, INT_MIN/-1 == INT_MIN.
@@ -69,6 +65,9 @@
 #include <limits>
 #include <iterator>
 #include <type_traits>
+#if defined(__x86_64__) || defined(__i386__)
+#include <immintrin.h>
+#endif
 
 #pragma GCC diagnostic push
 #pragma GCC diagnostic ignored "-Wpsabi"
@@ -113,6 +112,7 @@ constexpr int kLanes = TP_VEC_LANES;
 template <typename T> struct Vec;
 template <int W> struct VecMask;
 using Mask = VecMask<4>;
+template <typename U, typename T> TP_INLINE Vec<U> cast(const Vec<T>& v);
 
 namespace detail {
 
@@ -146,6 +146,90 @@ template <typename T> using uint_t = typename std::make_unsigned<T>::type;
 
 }  // namespace detail
 
+namespace detail {
+// Partial loads/stores of one native chunk: the first m lanes (m may be <= 0 or >= the lane count).
+// AVX-512 / AVX2 masked moves (they never touch memory outside the mask); a lane loop otherwise.
+template <typename C, typename E>
+TP_INLINE C chunk_loadn(const E* p, int m) {
+    constexpr int lanes = int(sizeof(C) / sizeof(E));
+    if (m >= lanes) {
+        C r;
+        std::memcpy(&r, p, sizeof(C));
+        return r;
+    }
+    if (m <= 0) return C{};
+#if defined(__AVX512F__)
+    if constexpr (sizeof(C) == 64 && sizeof(E) == 4) {
+        const __mmask16 k = __mmask16((1u << m) - 1u);
+        if constexpr (std::is_same<E, float>::value) return (C)_mm512_maskz_loadu_ps(k, p);
+        else return (C)_mm512_maskz_loadu_epi32(k, p);
+    }
+    if constexpr (sizeof(C) == 64 && sizeof(E) == 8) {
+        const __mmask8 k = __mmask8((1u << m) - 1u);
+        if constexpr (std::is_same<E, double>::value) return (C)_mm512_maskz_loadu_pd(k, p);
+        else return (C)_mm512_maskz_loadu_epi64(k, p);
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (sizeof(C) == 32 && sizeof(E) == 4) {
+        const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        if constexpr (std::is_same<E, float>::value) return (C)_mm256_maskload_ps(p, k);
+        else return (C)_mm256_maskload_epi32(reinterpret_cast<const int*>(p), k);
+    }
+    if constexpr (sizeof(C) == 32 && sizeof(E) == 8) {
+        const __m256i k = _mm256_cmpgt_epi64(_mm256_set1_epi64x(m), _mm256_setr_epi64x(0, 1, 2, 3));
+        if constexpr (std::is_same<E, double>::value) return (C)_mm256_maskload_pd(p, k);
+        else return (C)_mm256_maskload_epi64(reinterpret_cast<const long long*>(p), k);
+    }
+#endif
+    E t[lanes] = {};
+    for (int i = 0; i < m; ++i) t[i] = p[i];
+    C r;
+    std::memcpy(&r, t, sizeof(C));
+    return r;
+}
+template <typename C, typename E>
+TP_INLINE void chunk_storen(E* p, const C& v, int m) {
+    constexpr int lanes = int(sizeof(C) / sizeof(E));
+    if (m >= lanes) {
+        std::memcpy(p, &v, sizeof(C));
+        return;
+    }
+    if (m <= 0) return;
+#if defined(__AVX512F__)
+    if constexpr (sizeof(C) == 64 && sizeof(E) == 4) {
+        const __mmask16 k = __mmask16((1u << m) - 1u);
+        if constexpr (std::is_same<E, float>::value) _mm512_mask_storeu_ps(p, k, (__m512)v);
+        else _mm512_mask_storeu_epi32(p, k, (__m512i)v);
+        return;
+    }
+    if constexpr (sizeof(C) == 64 && sizeof(E) == 8) {
+        const __mmask8 k = __mmask8((1u << m) - 1u);
+        if constexpr (std::is_same<E, double>::value) _mm512_mask_storeu_pd(p, k, (__m512d)v);
+        else _mm512_mask_storeu_epi64(p, k, (__m512i)v);
+        return;
+    }
+#endif
+#if defined(__AVX2__)
+    if constexpr (sizeof(C) == 32 && sizeof(E) == 4) {
+        const __m256i k = _mm256_cmpgt_epi32(_mm256_set1_epi32(m), _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7));
+        if constexpr (std::is_same<E, float>::value) _mm256_maskstore_ps(p, k, (__m256)v);
+        else _mm256_maskstore_epi32(reinterpret_cast<int*>(p), k, (__m256i)v);
+        return;
+    }
+    if constexpr (sizeof(C) == 32 && sizeof(E) == 8) {
+        const __m256i k = _mm256_cmpgt_epi64(_mm256_set1_epi64x(m), _mm256_setr_epi64x(0, 1, 2, 3));
+        if constexpr (std::is_same<E, double>::value) _mm256_maskstore_pd(p, k, (__m256d)v);
+        else _mm256_maskstore_epi64(reinterpret_cast<long long*>(p), k, (__m256i)v);
+        return;
+    }
+#endif
+    E t[lanes];
+    std::memcpy(t, &v, sizeof(C));
+    for (int i = 0; i < m; ++i) p[i] = t[i];
+}
+}  // namespace detail
+
 // =============================================================================================
 // VecMask<W>: the result of comparing Vec<T> with sizeof(T) == W.  Lanes are -1 (true) or 0.
 // =============================================================================================
@@ -162,36 +246,15 @@ struct VecMask {
     TP_INLINE VecMask() : c{} {}
     TP_INLINE VecMask(bool b) : c{} {
         for (int k = 0; k < nchunks; ++k)
-            for (int i = 0; i < chunk_lanes; ++i) c[k][i] = b ? I(-1) : I(0);
+            c[k] = I(b ? -1 : 0) - chunk_type{};
     }
     template <int W2, typename = typename std::enable_if<W2 != W>::type>
-    TP_INLINE VecMask(const VecMask<W2>& o) {   // width conversion (sign extension / truncation)
-        typename detail::chunk<typename VecMask<W2>::I>::wide src;
-        std::memcpy(&src, o.c, sizeof(src));
-        auto dst = __builtin_convertvector(src, typename detail::chunk<I>::wide);
-        std::memcpy(c, &dst, sizeof(c));
-    }
+    TP_INLINE VecMask(const VecMask<W2>& o);    // width conversion (sign extension / truncation)
     // bool tensors: one byte per element, 0 or 1
-    static TP_INLINE VecMask load(const bool* p) {
-        uint8_t t[size];
-        std::memcpy(t, p, size);
-        VecMask m;
-        for (int i = 0; i < size; ++i) m.c[i / chunk_lanes][i % chunk_lanes] = t[i] ? I(-1) : I(0);
-        return m;
-    }
-    static TP_INLINE VecMask loadn(const bool* p, int n) {
-        uint8_t t[size] = {};
-        for (int i = 0; i < n && i < size; ++i) t[i] = p[i] ? 1 : 0;
-        return load(reinterpret_cast<const bool*>(t));
-    }
-    TP_INLINE void store(bool* p) const {
-        uint8_t t[size];
-        for (int i = 0; i < size; ++i) t[i] = c[i / chunk_lanes][i % chunk_lanes] ? 1 : 0;
-        std::memcpy(p, t, size);
-    }
-    TP_INLINE void storen(bool* p, int n) const {
-        for (int i = 0; i < n && i < size; ++i) p[i] = c[i / chunk_lanes][i % chunk_lanes] != 0;
-    }
+    static TP_INLINE VecMask load(const bool* p);
+    static TP_INLINE VecMask loadn(const bool* p, int n);
+    TP_INLINE void store(bool* p) const;
+    TP_INLINE void storen(bool* p, int n) const;
     TP_INLINE bool operator[](int i) const { return c[i / chunk_lanes][i % chunk_lanes] != 0; }
 
     friend TP_INLINE VecMask operator&(const VecMask& a, const VecMask& b) {
@@ -248,8 +311,7 @@ struct Vec {
 
     TP_INLINE Vec() : c{} {}                 // all lanes zero
     TP_INLINE Vec(T s) : c{} {                // broadcast (keeps -0.0 and NaN payloads)
-        for (int k = 0; k < nchunks; ++k)
-            for (int i = 0; i < chunk_lanes; ++i) c[k][i] = s;
+        for (int k = 0; k < nchunks; ++k) c[k] = s - chunk_type{};   // s - (+0) == s, also for -0
     }
     static TP_INLINE Vec load(const T* p) {  // unaligned
         Vec r;
@@ -257,9 +319,11 @@ struct Vec {
         return r;
     }
     static TP_INLINE Vec loadn(const T* p, int n) {   // first n lanes, the rest 0
-        T t[size] = {};
-        for (int i = 0; i < n && i < size; ++i) t[i] = p[i];
-        return load(t);
+        Vec r;
+        for (int k = 0; k < nchunks; ++k)
+            r.c[k] = detail::chunk_loadn<chunk_type>(p + (n > k * chunk_lanes ? k * chunk_lanes : 0),
+                                                     n - k * chunk_lanes);
+        return r;
     }
     static TP_INLINE Vec load_strided(const T* p, int64_t stride) {   // gather p[i*stride]
         T t[size];
@@ -273,10 +337,9 @@ struct Vec {
         return load(t);
     }
     TP_INLINE void store(T* p) const { std::memcpy(p, c, sizeof(c)); }
-    TP_INLINE void storen(T* p, int n) const {
-        T t[size];
-        store(t);
-        for (int i = 0; i < n && i < size; ++i) p[i] = t[i];
+    TP_INLINE void storen(T* p, int n) const {         // first n lanes only
+        for (int k = 0; k < nchunks; ++k)
+            detail::chunk_storen(p + (n > k * chunk_lanes ? k * chunk_lanes : 0), c[k], n - k * chunk_lanes);
     }
     TP_INLINE void store_strided(T* p, int64_t stride) const {
         T t[size];
@@ -444,20 +507,71 @@ TP_INLINE VecMask<W> where(const VecMask<W2>& m0, const VecMask<W>& a, const Vec
     return (m & a) | (~m & b);
 }
 
-// cast<U>(v): lane-wise C conversion (float->int truncates).
+// cast<U>(v): lane-wise C conversion (float->int truncates).  Converted chunk by chunk through
+// sub-vectors of a native register, so that no over-wide temporary goes through memory.
+namespace detail {
+template <typename T, int N> struct subvec { typedef T type __attribute__((vector_size(N * sizeof(T)))); };
+}  // namespace detail
 template <typename U, typename T>
 TP_INLINE Vec<U> cast(const Vec<T>& v) {
+    static_assert(detail::is_elem<U>::value, "cast<U>: unsupported lane type");
     if constexpr (std::is_same<U, T>::value) {
         return v;
     } else {
-        typename detail::chunk<T>::wide src;
-        std::memcpy(&src, v.c, sizeof(src));
-        auto dst = __builtin_convertvector(src, typename detail::chunk<U>::wide);
+        constexpr int ls = Vec<T>::chunk_lanes, ld = Vec<U>::chunk_lanes;
         Vec<U> r;
-        std::memcpy(r.c, &dst, sizeof(r.c));
+        if constexpr (ld <= ls) {   // each destination chunk comes from part of one source chunk
+            using S = typename detail::subvec<T, ld>::type;
+            for (int j = 0; j < Vec<U>::nchunks; ++j) {
+                S part;
+                std::memcpy(&part, reinterpret_cast<const T*>(&v.c[(j * ld) / ls]) + (j * ld) % ls, sizeof(S));
+                r.c[j] = __builtin_convertvector(part, typename Vec<U>::chunk_type);
+            }
+        } else {                    // each destination chunk is made of several converted source chunks
+            using D = typename detail::subvec<U, ls>::type;
+            for (int k = 0; k < Vec<T>::nchunks; ++k) {
+                D part = __builtin_convertvector(v.c[k], D);
+                std::memcpy(reinterpret_cast<U*>(&r.c[(k * ls) / ld]) + (k * ls) % ld, &part, sizeof(D));
+            }
+        }
         return r;
     }
 }
+// VecMask members that need Vec and cast
+template <int W>
+template <int W2, typename>
+TP_INLINE VecMask<W>::VecMask(const VecMask<W2>& o) {
+    using I2 = typename VecMask<W2>::I;
+    Vec<I2> v;
+    std::memcpy(v.c, o.c, sizeof(v.c));
+    Vec<I> r = cast<I>(v);   // -1 stays -1
+    std::memcpy(c, r.c, sizeof(c));
+}
+template <int W>
+TP_INLINE VecMask<W> VecMask<W>::load(const bool* p) {
+    const Vec<uint8_t> b = Vec<uint8_t>::load(reinterpret_cast<const uint8_t*>(p));
+    return VecMask<W>(b != Vec<uint8_t>(uint8_t(0)));
+}
+template <int W>
+TP_INLINE VecMask<W> VecMask<W>::loadn(const bool* p, int n) {
+    const Vec<uint8_t> b = Vec<uint8_t>::loadn(reinterpret_cast<const uint8_t*>(p), n);
+    return VecMask<W>(b != Vec<uint8_t>(uint8_t(0)));
+}
+template <int W>
+TP_INLINE void VecMask<W>::store(bool* p) const {
+    const VecMask<1> m(*this);
+    Vec<uint8_t> b;
+    std::memcpy(b.c, m.c, sizeof(b.c));
+    (b & Vec<uint8_t>(uint8_t(1))).store(reinterpret_cast<uint8_t*>(p));
+}
+template <int W>
+TP_INLINE void VecMask<W>::storen(bool* p, int n) const {
+    const VecMask<1> m(*this);
+    Vec<uint8_t> b;
+    std::memcpy(b.c, m.c, sizeof(b.c));
+    (b & Vec<uint8_t>(uint8_t(1))).storen(reinterpret_cast<uint8_t*>(p), n);
+}
+
 // cast<U>(mask): true -> 1, false -> 0
 template <typename U, int W>
 TP_INLINE Vec<U> cast(const VecMask<W>& m) {
@@ -490,6 +604,90 @@ TP_INLINE Vec<T> map(const Vec<T>& a, const Vec<T>& b, F f) {
         for (int i = 0; i < Vec<T>::chunk_lanes; ++i) r.c[k][i] = f(a.c[k][i], b.c[k][i]);
     return r;
 }
+
+namespace detail {
+// Lane-wise hardware operations on one native chunk: x86 intrinsics where the chunk is a native
+// register of the compile target, a lane loop otherwise (scalar builds, other ISAs).
+enum class rnd { floor, ceil, trunc, nearest };
+
+template <typename C>
+TP_INLINE C chunk_fma(const C& a, const C& b, const C& c) {
+    using E = typename std::remove_cv<typename std::remove_reference<decltype(a[0])>::type>::type;
+    constexpr int bytes = sizeof(C);
+    (void)bytes;
+#if defined(__AVX512F__)
+    if constexpr (bytes == 64 && std::is_same<E, float>::value) return (C)_mm512_fmadd_ps((__m512)a, (__m512)b, (__m512)c);
+    if constexpr (bytes == 64 && std::is_same<E, double>::value) return (C)_mm512_fmadd_pd((__m512d)a, (__m512d)b, (__m512d)c);
+#endif
+#if defined(__FMA__)
+    if constexpr (bytes == 32 && std::is_same<E, float>::value) return (C)_mm256_fmadd_ps((__m256)a, (__m256)b, (__m256)c);
+    if constexpr (bytes == 32 && std::is_same<E, double>::value) return (C)_mm256_fmadd_pd((__m256d)a, (__m256d)b, (__m256d)c);
+    if constexpr (bytes == 16 && std::is_same<E, float>::value) return (C)_mm_fmadd_ps((__m128)a, (__m128)b, (__m128)c);
+    if constexpr (bytes == 16 && std::is_same<E, double>::value) return (C)_mm_fmadd_pd((__m128d)a, (__m128d)b, (__m128d)c);
+#endif
+    C r;
+    for (int i = 0; i < int(sizeof(C) / sizeof(E)); ++i) r[i] = std::fma(a[i], b[i], c[i]);
+    return r;
+}
+
+template <typename C>
+TP_INLINE C chunk_sqrt(const C& a) {
+    using E = typename std::remove_cv<typename std::remove_reference<decltype(a[0])>::type>::type;
+    constexpr int bytes = sizeof(C);
+    (void)bytes;
+#if defined(__AVX512F__)
+    if constexpr (bytes == 64 && std::is_same<E, float>::value) return (C)_mm512_sqrt_ps((__m512)a);
+    if constexpr (bytes == 64 && std::is_same<E, double>::value) return (C)_mm512_sqrt_pd((__m512d)a);
+#endif
+#if defined(__AVX__)
+    if constexpr (bytes == 32 && std::is_same<E, float>::value) return (C)_mm256_sqrt_ps((__m256)a);
+    if constexpr (bytes == 32 && std::is_same<E, double>::value) return (C)_mm256_sqrt_pd((__m256d)a);
+#endif
+#if defined(__SSE2__)
+    if constexpr (bytes == 16 && std::is_same<E, float>::value) return (C)_mm_sqrt_ps((__m128)a);
+    if constexpr (bytes == 16 && std::is_same<E, double>::value) return (C)_mm_sqrt_pd((__m128d)a);
+#endif
+    C r;
+    for (int i = 0; i < int(sizeof(C) / sizeof(E)); ++i) r[i] = std::sqrt(a[i]);
+    return r;
+}
+
+template <rnd M, typename C>
+TP_INLINE C chunk_round(const C& a) {
+    using E = typename std::remove_cv<typename std::remove_reference<decltype(a[0])>::type>::type;
+    constexpr int bytes = sizeof(C);
+    (void)bytes;
+#if defined(__SSE4_1__)
+    constexpr int imm = (M == rnd::floor ? _MM_FROUND_TO_NEG_INF
+                         : M == rnd::ceil ? _MM_FROUND_TO_POS_INF
+                         : M == rnd::trunc ? _MM_FROUND_TO_ZERO : _MM_FROUND_TO_NEAREST_INT) | _MM_FROUND_NO_EXC;
+#endif
+#if defined(__AVX512F__)
+    if constexpr (bytes == 64 && std::is_same<E, float>::value) return (C)_mm512_roundscale_ps((__m512)a, imm);
+    if constexpr (bytes == 64 && std::is_same<E, double>::value) return (C)_mm512_roundscale_pd((__m512d)a, imm);
+#endif
+#if defined(__AVX__)
+    if constexpr (bytes == 32 && std::is_same<E, float>::value) return (C)_mm256_round_ps((__m256)a, imm);
+    if constexpr (bytes == 32 && std::is_same<E, double>::value) return (C)_mm256_round_pd((__m256d)a, imm);
+#endif
+#if defined(__SSE4_1__)
+    if constexpr (bytes == 16 && std::is_same<E, float>::value) return (C)_mm_round_ps((__m128)a, imm);
+    if constexpr (bytes == 16 && std::is_same<E, double>::value) return (C)_mm_round_pd((__m128d)a, imm);
+#endif
+    C r;
+    for (int i = 0; i < int(sizeof(C) / sizeof(E)); ++i)
+        r[i] = M == rnd::floor ? std::floor(a[i]) : M == rnd::ceil ? std::ceil(a[i])
+             : M == rnd::trunc ? std::trunc(a[i]) : std::nearbyint(a[i]);   // default mode: ties to even
+    return r;
+}
+
+template <rnd M, typename T>
+TP_INLINE Vec<T> round_vec(const Vec<T>& a) {
+    Vec<T> r;
+    for (int k = 0; k < Vec<T>::nchunks; ++k) r.c[k] = chunk_round<M>(a.c[k]);
+    return r;
+}
+}  // namespace detail
 
 namespace detail {
 template <typename T> using if_float = typename std::enable_if<std::is_floating_point<T>::value, Vec<T>>::type;
@@ -584,29 +782,33 @@ TP_INLINE Vec<T> copysign(const Vec<T>& mag, const Vec<T>& sgn) {
 // rounding: exact hardware operations; integers are returned unchanged
 template <typename T>
 TP_INLINE Vec<T> floor(const Vec<T>& a) {
-    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::floor(v); });
+    if constexpr (std::is_floating_point<T>::value) return detail::round_vec<detail::rnd::floor>(a);
     else return a;
 }
 template <typename T>
 TP_INLINE Vec<T> ceil(const Vec<T>& a) {
-    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::ceil(v); });
+    if constexpr (std::is_floating_point<T>::value) return detail::round_vec<detail::rnd::ceil>(a);
     else return a;
 }
 template <typename T>
 TP_INLINE Vec<T> trunc(const Vec<T>& a) {
-    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::trunc(v); });
+    if constexpr (std::is_floating_point<T>::value) return detail::round_vec<detail::rnd::trunc>(a);
     else return a;
 }
-// torch.round: half to even (rint in the default round-to-nearest mode)
+// torch.round: half to even
 template <typename T>
 TP_INLINE Vec<T> round(const Vec<T>& a) {
-    if constexpr (std::is_floating_point<T>::value) return map(a, [](T v) { return std::rint(v); });
+    if constexpr (std::is_floating_point<T>::value) return detail::round_vec<detail::rnd::nearest>(a);
     else return a;
 }
 
 // correctly rounded square root (vsqrtps/vsqrtpd), reciprocal, 1/sqrt
 template <typename T>
-TP_INLINE detail::if_float<T> sqrt(const Vec<T>& a) { return map(a, [](T v) { return std::sqrt(v); }); }
+TP_INLINE detail::if_float<T> sqrt(const Vec<T>& a) {
+    Vec<T> r;
+    for (int k = 0; k < Vec<T>::nchunks; ++k) r.c[k] = detail::chunk_sqrt(a.c[k]);
+    return r;
+}
 template <typename T>
 TP_INLINE detail::if_float<T> rsqrt(const Vec<T>& a) { return Vec<T>(T(1)) / sqrt(a); }
 template <typename T>
@@ -618,7 +820,7 @@ template <typename T>
 TP_INLINE detail::if_float<T> fma(const Vec<T>& a, const Vec<T>& b, const Vec<T>& c) {
     Vec<T> r;
     for (int k = 0; k < Vec<T>::nchunks; ++k)
-        for (int i = 0; i < Vec<T>::chunk_lanes; ++i) r.c[k][i] = std::fma(a.c[k][i], b.c[k][i], c.c[k][i]);
+        r.c[k] = detail::chunk_fma(a.c[k], b.c[k], c.c[k]);
     return r;
 }
 
@@ -774,7 +976,7 @@ template <> struct fp<float> {
     static constexpr float log10_2hi = 0x1.344p-2f, log10_2lo = 0x1.3509f8p-18f;
     static constexpr float split = 4097.0f;                      // Veltkamp: 2^12 + 1
     static constexpr float tanh_cut = 0.625f, tanh_max = 10.0f;   // tanh(x) rounds to 1 beyond max
-    static constexpr float erf_cut = 0.75f, erfc_cut = 0.5f, erfc_K = 2.5f, erfc_max = 10.1f;
+    static constexpr float erf_cut = 0.75f, erfc_cut = 0.6f, erfc_K = 2.5f, erfc_max = 10.1f;
     // expm1(r) = r + r^2*(1/2 + r*P(r)), |r| <= ln2/2 (+margin)
     static constexpr float expm1_p[] = {0x1.555556p-3f, 0x1.555518p-5f, 0x1.1110cap-7f, 0x1.6d13e6p-10f,
                                         0x1.a1550cp-13f};
@@ -816,7 +1018,7 @@ template <> struct fp<double> {
     static constexpr double log10_2hi = 0x1.34413508p-2, log10_2lo = 0x1.f79fef311f12bp-34;
     static constexpr double split = 134217729.0;                 // Veltkamp: 2^27 + 1
     static constexpr double tanh_cut = 0.625, tanh_max = 20.0;
-    static constexpr double erf_cut = 0.75, erfc_cut = 0.5, erfc_K = 3.0, erfc_max = 27.3;
+    static constexpr double erf_cut = 0.75, erfc_cut = 0.6, erfc_K = 3.0, erfc_max = 27.3;
     static constexpr double expm1_p[] = {0x1.5555555555556p-3,  0x1.5555555555556p-5,  0x1.111111111095cp-7,
                                          0x1.6c16c16c15d1dp-10, 0x1.a01a01a807f55p-13, 0x1.a01a01a986d1ap-16,
                                          0x1.71de0ca86589ap-19, 0x1.27e4d3f141a93p-22, 0x1.af3b1528c6c24p-26,
@@ -1165,10 +1367,8 @@ TP_INLINE detail::if_float<T> sigmoid(const Vec<T>& x) {
     detail::exp_dw(-abs(x), eh, el);      // e = exp(-|x|) in (0, 1]
     Vec<T> dh = one + eh;
     Vec<T> dl = ((one - dh) + eh) + el;   // 1 + e == dh + dl
-    Vec<T> inv = one / dh;
-    Vec<T> pos = detail::div_dw(one, zero, dh, dl, inv);   // 1/(1+e)   for x >= 0
-    Vec<T> neg_ = detail::div_dw(eh, el, dh, dl, inv);     // e/(1+e)   for x < 0
-    return where(x >= zero, pos, neg_);
+    auto pos = x >= zero;                 // 1/(1+e) for x >= 0, e/(1+e) for x < 0
+    return detail::div_dw(where(pos, one, eh), where(pos, zero, el), dh, dl, one / dh);
 }
 
 // ---- error function ----------------------------------------------------------------------------
@@ -1235,15 +1435,104 @@ TP_INLINE detail::if_float<T> erfc(const Vec<T>& x) {
     return where(a < Vec<T>(F::erfc_cut), small, big);
 }
 
+// ---- sin, cos, tan ------------------------------------------------------------------------------
+// Evaluated in double precision for both dtypes (float lanes are widened: the result is then
+// correctly rounded but for rare double roundings).  x = n*pi/2 + r with pi/2 as a sum of three
+// doubles and exact products (two_prod), r = rh + rl as a double-word: accurate for |x| <= 2^28.
+// Larger |x| (and inf) take the per-lane libm path.
+namespace detail {
+struct trig {
+    static constexpr double pio2_1 = 0x1.921fb54442d18p+0, pio2_2 = 0x1.1a62633145c07p-54,
+                            pio2_3 = -0x1.f1976b7ed8fbcp-110, twoopi = 0x1.45f306dc9c883p-1;
+    static constexpr double big = 0x1p28;
+    // sin(r) = r + r^3 S(r^2), cos(r) = 1 - r^2/2 + r^4 C(r^2), |r| <= pi/4: double, and float-accurate
+    static constexpr double sin_d[] = {-0x1.5555555555555p-3, 0x1.1111111111110p-7,  -0x1.a01a01a019882p-13,
+                                       0x1.71de3a544aa3fp-19, -0x1.ae6453ed04af8p-26, 0x1.6121616906ac9p-33,
+                                       -0x1.ab0686b3400b0p-41};
+    static constexpr double cos_d[] = {0x1.5555555555555p-5,  -0x1.6c16c16c16920p-10, 0x1.a01a019f3e0fbp-16,
+                                       -0x1.27e4fa027cae6p-22, 0x1.1eeb52da828afp-29, -0x1.906de5410c538p-37};
+    static constexpr double sin_f[] = {-0x1.555555544a3d4p-3, 0x1.11110dbf31f5ep-7, -0x1.a0136725a54b1p-13,
+                                       0x1.6da94bb75903dp-19};
+    static constexpr double cos_f[] = {0x1.55555554fc2c7p-5, -0x1.6c16bf34c5cf2p-10, 0x1.a015995f89411p-16,
+                                       -0x1.25166ef2e56d1p-22};
+};
+// Knuth's TwoSum: s + e == a + b exactly
+TP_INLINE void two_sum(const Vec<double>& a, const Vec<double>& b, Vec<double>& s, Vec<double>& e) {
+    s = a + b;
+    Vec<double> bb = s - a;
+    e = (a - (s - bb)) + (b - bb);
+}
+// 0: sin, 1: cos, 2: tan; Float selects the shorter polynomials (float-accurate)
+template <int Which, bool Float>
+TP_INLINE Vec<double> trig_core(const Vec<double>& x) {
+    using D = Vec<double>;
+    const D magic(0x1.8p52);
+    D t = mla(x, D(trig::twoopi), magic);
+    D n = t - magic;
+    Vec<int64_t> q = bitcast<int64_t>(t) - bitcast<int64_t>(magic);
+    D ph, pl, wh, wl;
+    two_prod(n, D(trig::pio2_1), ph, pl);
+    two_prod(n, D(trig::pio2_2), wh, wl);
+    D s1 = x - ph;                                   // exact (Sterbenz, or n == 0)
+    D u, eu, rh, e2;
+    two_sum(pl, wh, u, eu);
+    two_sum(s1, -u, rh, e2);
+    D rl = ((e2 - eu) - wl) - mul_nc(n, D(trig::pio2_3));
+    D z = rh * rh;
+    D S = Float ? horner(z, trig::sin_f) : horner(z, trig::sin_d);
+    D C = Float ? horner(z, trig::cos_f) : horner(z, trig::cos_d);
+    const D one(1.0), half(0.5);
+    // sin(rh + rl) = rh + (rh z S + rl (1 - z/2));  cos(rh + rl) = w + ((1 - w) - z/2 + z^2 C - rh rl)
+    D ts = mla(rh * z, S, mul_nc(rl, mla(-half, z, one)));
+    D sn = rh + ts;
+    D hz = mul_nc(half, z);
+    D w = one - hz;
+    D tc = ((one - w) - hz) + mla(z * z, C, -mul_nc(rh, rl));
+    D cs = w + tc;
+    const Vec<int64_t> one_i(int64_t(1)), two_i(int64_t(2)), zero_i(int64_t(0));
+    auto odd = (q & one_i) != zero_i;
+    if constexpr (Which == 2) {   // tan = sin/cos or -cos/sin, both as double-words, one rounding
+        D sl = (rh - sn) + ts, cl = (w - cs) + tc;
+        D nh = where(odd, -cs, sn), nl = where(odd, -cl, sl);
+        D dh = where(odd, sn, cs), dl = where(odd, sl, cl);
+        return div_dw(nh, nl, dh, dl, one / dh);
+    } else {
+        D res = where(odd, Which == 0 ? cs : sn, Which == 0 ? sn : cs);
+        auto neg = ((Which == 0 ? q : q + one_i) & two_i) != zero_i;
+        return where(neg, -res, res);
+    }
+}
+template <int Which, typename T>
+TP_INLINE Vec<T> trig(const Vec<T>& x) {
+    Vec<T> r;
+    if constexpr (std::is_same<T, float>::value) r = cast<float>(trig_core<Which, true>(cast<double>(x)));
+    else r = trig_core<Which, false>(x);
+    if constexpr (Which != 1) r = where(x == Vec<T>(T(0)), x, r);   // keeps -0
+    auto big = abs(x) > Vec<T>(T(trig::big));
+    if (any(big)) {
+        Vec<T> slow = map(x, [](T v) {   // float lanes through double libm: still correctly rounded
+            double d = double(v);
+            return T(Which == 0 ? std::sin(d) : Which == 1 ? std::cos(d) : std::tan(d));
+        });
+        r = where(big, slow, r);
+    }
+    return r;
+}
+}  // namespace detail
+
+template <typename T>
+TP_INLINE detail::if_float<T> sin(const Vec<T>& x) { return detail::trig<0>(x); }
+template <typename T>
+TP_INLINE detail::if_float<T> cos(const Vec<T>& x) { return detail::trig<1>(x); }
+template <typename T>
+TP_INLINE detail::if_float<T> tan(const Vec<T>& x) { return detail::trig<2>(x); }
+
 // ---- per-lane libm (no vector version; see the table at the top) -----------------------------
 #define TP_LIBM_UNARY(NAME)                                                               \
     template <typename T>                                                                 \
     inline detail::if_float<T> NAME(const Vec<T>& a) {                                    \
         return map(a, [](T v) { return std::NAME(v); });                                  \
     }
-TP_LIBM_UNARY(sin)
-TP_LIBM_UNARY(cos)
-TP_LIBM_UNARY(tan)
 TP_LIBM_UNARY(asin)
 TP_LIBM_UNARY(acos)
 TP_LIBM_UNARY(atan)

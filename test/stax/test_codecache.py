@@ -169,7 +169,7 @@ def test_isa_and_compile_command(monkeypatch):
     with pytest.raises(ValueError):
         cc.isa_flags("avx1024")
     cmd = cc.cpp_compile_command(Path("a.cpp"), Path("a.so"), isa)
-    assert cmd[:9] == ["g++", "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp",
+    assert cmd[:10] == ["g++", "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp",
                        "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", *cc.isa_flags(isa)[:1]]
     assert cmd[-3:] == ["a.cpp", "-o", "a.so"]
     assert f"-I{cc.PRELUDE_DIR}" in cmd

@@ -31,7 +31,7 @@ from .backends.registry import lookup_backend
 from .capture.gates import extract_replay
 from .capture.proxy import CaptureError
 from .capture.pytree import tree_flatten, tree_unflatten
-from .capture.tracer import capture, find_sources
+from .capture.tracer import TENSOR_LEAF, capture, find_sources
 from .specialize.guards import build_guard
 from .specialize.key import input_names_for, specialization_key
 
@@ -127,10 +127,10 @@ class Entry:
         self.mutates_inputs = any(n.op == "call_function" and n.opdef is not None and n.opdef.is_inplace
                                   for n in lowered.graph_module.graph.nodes)
         spec, consts = self.out_spec, self.out_consts
-        if spec == "*" and consts == [None]:
+        if spec == "*" and consts == [TENSOR_LEAF]:
             self._unflatten = lambda outs: outs[0]
         elif isinstance(spec, tuple) and spec[0] == "tuple" and all(ch == "*" for ch in spec[2]) \
-                and all(c is None for c in consts):
+                and all(c is TENSOR_LEAF for c in consts):
             self._unflatten = tuple
         else:
             self._unflatten = self._general_unflatten
@@ -149,7 +149,7 @@ class Entry:
 
     def _general_unflatten(self, outs):
         it = iter(outs)
-        leaves = [next(it) if c is None else c for c in self.out_consts]
+        leaves = [next(it) if c is TENSOR_LEAF else c for c in self.out_consts]
         return tree_unflatten(leaves, self.out_spec)
 
 

@@ -32,7 +32,18 @@ from ..graph import Graph, GraphModule
 from .proxy import CaptureError, Proxy, where
 from .pytree import tree_flatten
 
-__all__ = ["capture", "Capture", "Gate", "FreeTensor", "find_sources"]
+__all__ = ["capture", "Capture", "Gate", "FreeTensor", "find_sources", "TENSOR_LEAF"]
+
+
+class _TensorLeaf:
+    """Marks the positions of tensor outputs among the constant output leaves (a ``None``
+    output is a constant like any other)."""
+
+    def __repr__(self):
+        return "TENSOR_LEAF"
+
+
+TENSOR_LEAF = _TensorLeaf()
 
 
 @dataclasses.dataclass
@@ -269,7 +280,7 @@ class Capture:
     gates: list
     free: list
     out_spec: object
-    out_consts: list            # non-tensor output leaves (None where the leaf is a tensor)
+    out_consts: list            # non-tensor output leaves (TENSOR_LEAF where the leaf is a tensor)
     n_inputs: int
     input_names: list
     result: object = None       # execute=True: the function's result on the capture inputs
@@ -312,7 +323,7 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
     for leaf in out_leaves:
         if isinstance(leaf, Tensor):
             out_nodes.append(tr.node_of(leaf))
-            consts.append(None)
+            consts.append(TENSOR_LEAF)
         else:
             consts.append(leaf)
     tr.graph.output(tuple(out_nodes))

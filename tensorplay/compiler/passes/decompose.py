@@ -38,6 +38,7 @@ import torch
 from ..._tensor import _wrap
 from ...ops.registry import OPS
 from ..capture.pytree import tree_flatten, tree_unflatten
+from ..capture.tracer import TENSOR_LEAF
 from ..graph.node import Node, map_arg
 
 __all__ = ["decompose", "decomposition_depth", "DecompositionCycleError", "trace_function", "splice",
@@ -83,7 +84,7 @@ def _leaf_value(leaf):
 def trace_function(fn, args, kwargs=None, name="sub"):
     """Capture ``fn(*args, **kwargs)`` symbolically, where the arguments may hold graph nodes (their
     meta values stand in for the tensors).  Returns ``(capture, input nodes in placeholder order)``."""
-    from ..capture.tracer import capture
+    from ..capture.tracer import TENSOR_LEAF, capture
     leaves, spec = tree_flatten((tuple(args), dict(kwargs or {})))
     vals = [_leaf_value(x) for x in leaves]
     inputs = [x for x in leaves if isinstance(x, Node)]
@@ -119,7 +120,7 @@ def splice(gm, before: Node, cap, inputs):
             new.meta = dict(n.meta)
             env[n] = new
     it_nodes = iter(outs)
-    leaves = [next(it_nodes) if c is None else c for c in cap.out_consts]
+    leaves = [next(it_nodes) if c is TENSOR_LEAF else c for c in cap.out_consts]
     return [env[x] if isinstance(x, Node) else x for x in leaves]
 
 

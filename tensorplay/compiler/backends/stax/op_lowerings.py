@@ -388,7 +388,13 @@ def _view_rule(reindex_builder=None):
             try:
                 return view_of_buffer(V.graph, x, vf)
             except Unsupported:
-                raise
+                if op.name not in ("reshape", "flatten", "unflatten"):
+                    raise
+                # reshape of a layout that cannot be viewed: copy to a contiguous buffer (what
+                # eager's reshape does), then view that
+                ld = x.make_loader()
+                copy = TensorBox(Pointwise(x.dtype, x.device, x.get_size(), ld))
+                return view_of_buffer(V.graph, copy, vf)
         reindex = reindex_builder(x.get_size(), tuple(out.shape), *rest)
         loader = x.make_loader()
         return TensorBox(Pointwise(x.dtype, x.device, tuple(out.shape), lambda idx: loader(reindex(idx))))

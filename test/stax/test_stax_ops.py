@@ -94,6 +94,8 @@ UNARY = {
     "pow2": lambda a: a ** 2, "exp2": lambda a: a.exp2(), "log2": lambda a: (a.abs() + 0.1).log2(),
     "isnan": lambda a: a.isnan(), "isinf": lambda a: a.isinf(), "isfinite": lambda a: a.isfinite(),
     "cast_int": lambda a: (a * 10).to(tp.int64), "logical_not": lambda a: (a > 0).logical_not(),
+    "relu6": lambda a: F.relu6(a * 8), "nan_to_num": lambda a: (a.log()).nan_to_num(),
+
 }
 
 
@@ -154,6 +156,15 @@ def test_reductions(shape, dim, op):
                 return getattr(a, op)()
             return getattr(tp, op)(a, dim, keepdim=keepdim) if op == "logsumexp" else getattr(a, op)(dim, keepdim=keepdim)
         run_native(f, x, n_red=n, scale=float(x.abs().sum()) if op in ("sum", "mean") else None)
+
+
+@pytest.mark.parametrize("fn", ["var_mean", "std_mean"])
+@pytest.mark.parametrize("dim", [-1, 0])
+def test_var_mean(fn, dim):
+    x = rnd(9, 37)
+    n = x.shape[dim]
+    run_native(lambda a: getattr(tp, fn)(a, dim, keepdim=dim == 0), x, n_red=n,
+               scale=x._data.double().abs().sum(dim, keepdim=dim == 0) / n)
 
 
 def test_views_fuse_and_match():

@@ -681,6 +681,35 @@ def _std(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return TensorBox(Pointwise(x.dtype, x.device, v.get_size(), lambda i: ops.sqrt(ld(i))))
 
 
+@register_lowering("var_mean", "std_mean")
+def _var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
+    if not x.dtype.is_floating_point:
+        raise Unsupported("var_mean of integers")
+    var, mean = _var_parts(x, dim, _correction(correction, unbiased), keepdim, x.dtype)
+    if _node().opdef.name == "std_mean":
+        ld = var.make_loader()
+        var = TensorBox(Pointwise(x.dtype, x.device, var.get_size(), lambda i: ops.sqrt(ld(i))))
+    return var, mean
+
+
+register_lowering("relu6")(pointwise(lambda a: ops.minimum(ops.maximum(a, _c(0)), _c(6))))
+
+
+@register_lowering("nan_to_num")
+def _nan_to_num(a, nan=0.0, posinf=None, neginf=None):
+    if not a.dtype.is_floating_point:
+        return pointwise(lambda x, *_: x)(a, nan, posinf, neginf)
+    fi = torch.finfo(a.dtype)
+    pi = fi.max if posinf is None else posinf
+    ni = fi.min if neginf is None else neginf
+
+    def f(x, n, p, m):
+        y = ops.where(ops.isnan(x), _c(n), x)
+        y = ops.where(ops.logical_and(ops.isinf(y), ops.gt(y, _c(0))), _c(p), y)
+        return ops.where(ops.logical_and(ops.isinf(y), ops.lt(y, _c(0))), _c(m), y)
+    return pointwise(f)(a, nan, pi, ni)
+
+
 @register_lowering("logsumexp")
 def _logsumexp(x, dim, keepdim=False):
     out = _out_val()

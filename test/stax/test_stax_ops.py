@@ -333,3 +333,14 @@ def test_bounds_interval_analysis():
     cf = tp.compile(lambda a: a * 2, strict_native=True)
     cf(rnd(8, 8))
     assert "using idx_t = int32_t;" in cf._cache[0].artifact.source
+
+
+def test_flip_and_bitwise_not_and_input_storage_offset():
+    x = rnd(6, 9)
+    run_native(lambda a: tp.flip(a * 2, (0, 1)) + 1, x)
+    g = torch.Generator().manual_seed(5)
+    i = tp.from_torch(torch.randint(-9, 9, (5, 7), generator=g, dtype=torch.int32))
+    run_native(lambda a: (~a, ~(a > 0)), i)
+    # an input whose first element is not at the start of its storage (data_ptr includes the offset)
+    base = rnd(10, 8)
+    run_native(lambda a: (a + 1, a.t() * 2), base[3:, 2:6])

@@ -83,8 +83,10 @@ class GraphLowering:
             if node.op == "placeholder":
                 t = next(ex)
                 d = t._data if hasattr(t, "_data") else t
+                # offsets are relative to data_ptr(), which already includes the storage offset
+                # (and the offset is not part of the specialization key)
                 buf = InputBuffer(f"arg{len(self.inputs)}", FixedLayout(d.dtype, d.device, tuple(d.shape),
-                                                                        tuple(d.stride()), d.storage_offset()))
+                                                                        tuple(d.stride()), 0))
                 self.inputs.append(buf)
                 self.env[node] = TensorBox(buf)
             elif node.op == "get_attr":
@@ -96,7 +98,7 @@ class GraphLowering:
                 name = f"const{len(self.constants)}"
                 self.constants[name] = d
                 self.env[node] = TensorBox(InputBuffer(name, FixedLayout(d.dtype, d.device, tuple(d.shape),
-                                                                         tuple(d.stride()), d.storage_offset())))
+                                                                         tuple(d.stride()), 0)))
             elif node.op == "call_function":
                 self.env[node] = self.lower_node(node, LOWERINGS)
             elif node.op == "output":

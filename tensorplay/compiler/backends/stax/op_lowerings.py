@@ -692,6 +692,24 @@ def _var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
     return var, mean
 
 
+@register_lowering("bitwise_not")
+def _bitwise_not(a):
+    if a.dtype == torch.bool:
+        return pointwise(lambda x: ops.logical_not(x))(a)
+    return pointwise(lambda x: ops.bitwise_not(x))(a)
+
+
+@register_lowering("flip")
+def _flip(a, dims):
+    """flip is a copy in eager but an index map here: out[.., i, ..] = a[.., n-1-i, ..]."""
+    size = a.get_size()
+    nd = len(size)
+    ds = {d % nd for d in ([dims] if isinstance(dims, int) else dims)} if nd else set()
+    loader = a.make_loader()
+    return TensorBox(Pointwise(a.dtype, a.device, size,
+                               lambda idx: loader([(size[d] - 1 - idx[d]) if d in ds else idx[d] for d in range(nd)])))
+
+
 register_lowering("relu6")(pointwise(lambda a: ops.minimum(ops.maximum(a, _c(0)), _c(6))))
 
 

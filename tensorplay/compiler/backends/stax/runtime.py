@@ -26,7 +26,8 @@ def ptr(t):
 
 
 def reinterpret(t, size, stride, offset):
-    return t.as_strided(size, stride, offset)
+    """A view of ``t``: ``offset`` is relative to ``t``'s first element (its data_ptr)."""
+    return t.as_strided(size, stride, t.storage_offset() + offset)
 
 
 def as_layout(t, size, stride, offset):

@@ -201,6 +201,9 @@ class CppHandler:
     def bitwise_xor(self, a, b):
         return self._emit(f"({a} ^ {b})", a.dtype)
 
+    def bitwise_not(self, a):
+        return self._emit(f"(~{a})", a.dtype)
+
     def logical_not(self, a):
         return self._emit(f"({a} ^ tp::Vec<int32_t>(1))", torch.bool)
 
@@ -332,8 +335,7 @@ class KernelGen:
         ranges.update({v: (0, n - 1) for v, n in zip(self.rs, inner)})
         extents = {b.name: b.layout.storage_extent() for b in list(self.graph.inputs) + list(self.graph.buffers)}
         for name, t in self.graph.constants.items():
-            extents[name] = t.storage_offset() + 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) \
-                if t.numel() else 0
+            extents[name] = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
         ivs = []
         for name, e in self.accesses:
             if name in self.locals:

@@ -105,6 +105,7 @@ def main(argv=None):
         variants = {"tp eager": lambda: f_tp(*pins), "tp compiled": lambda: cf(*pins),
                     "torch eager": lambda: f_torch(*tins)}
         if not a.no_torch_compile:
+            torch._dynamo.reset()      # one f_torch per case: never let dynamo's recompile limit kick in
             tc = torch.compile(f_torch)
             tc(*tins)
             variants["torch.compile"] = lambda: tc(*tins)

@@ -4,7 +4,8 @@ Three parts, all deterministic from one integer seed:
 
 **Generator** (:func:`generate`).  ``random.Random(seed)`` builds a DAG of 5–40 ops over 1–4 inputs:
 pointwise unary ops (exp, expm1, log, log1p, sqrt, rsqrt, reciprocal, tanh, sigmoid, erf, sin, cos,
-relu, gelu, silu, neg, abs, floor, ceil, trunc, round, sign, square), binary ops with broadcasting
+relu, gelu, silu, neg, abs, floor, ceil, trunc, round, sign, square, ``x ** k`` for k in 2, 3, 0.5,
+1.5, -1), ``softmax`` / ``log_softmax`` along a dim, binary ops with broadcasting
 and Python-scalar operands (add, sub, mul, div, maximum, minimum), comparisons, ``where``, ``clamp``,
 logical ops, casts (int/bool -> float, float -> bool/int32, float32 -> float64), reductions with
 ``dim``/``keepdim`` (sum, mean, amax, amin, prod, var, logsumexp, any, all) and view/layout ops
@@ -43,11 +44,15 @@ the propagated input error and its own rounding:
 * ``sum`` over n elements: ``sum(E) + 2 sqrt(n) u sum|a|`` (the blocked-summation bound of §6.5 /
   SPEC §5); ``mean`` = sum / n; ``prod``: ``prod(|a| + E) - prod|a| + n u prod(|a| + E)``;
   ``var``: ``(2 sum|a - m| E + sum E^2) / (n - c)`` + a two-pass/Welford rounding term
-  ``((2u + 2 sqrt(n) u) S + n dm^2) / (n - c)``; ``logsumexp``: ``max E + u(4 + 2 sqrt(n) + 2 max|a|)``;
+  ``((2u + 2 sqrt(n) u) S + n dm^2 + 2 sqrt(n) u sqrt(S sum a^2)) / (n - c)`` (the last term is the
+  float32 Welford update's error, ~ kappa n u with kappa = ||a|| / sqrt(S)); ``logsumexp``: ``max E + u(4 + 2 sqrt(n) + 2 max|a|)``;
+  ``softmax``: ``y (E_i + max E) + y u (7 + 2 sqrt(n) + min(n, max|x - m|)) + u y |x_i - m|`` (and
+  the analogous absolute bound for ``log_softmax``);
 * rounding of the op itself: ``k * u * scale + k * eta`` with ``u = 2^-24`` (float32 results) or
   ``2^-53`` (float64 results), ``k = 0`` for exact ops (abs, max, floor, views, ...), 1 for correctly
   rounded ones (+ - * /), 2 for sqrt and reciprocal (ATen's float32 sqrt is not always correctly
-  rounded), 3 for ``scalar / tensor`` (torch computes it as ``reciprocal(t) * s``), 4 for library
+  rounded), 2 for ``tensor / scalar`` (CUDA multiplies by the reciprocal), 3 for ``scalar / tensor``
+  (torch computes it as ``reciprocal(t) * s``), 4 for library
   functions (exp, tanh, erf, ...); ``scale`` is the largest ``|f|`` over the input interval (plus
   ``|x|`` for gelu, whose ``0.5x(1 + erf(x/sqrt2))`` form cancels for negative x, and 1 for log near
   1); ``eta = 2^-126`` (float32) is the underflow term of the IEEE model — 1e-38, not an atol;
@@ -258,10 +263,11 @@ def _fill_values(spec: InputSpec, shape, g: torch.Generator, specials: bool):
     return x
 
 
-def make_inputs(prog: Program, which: int = 0, upcast: bool = False):
+def make_inputs(prog: Program, which: int = 0, upcast: bool = False, device="cpu"):
     """Torch tensors for the program's inputs (set ``which`` = 0 or 1: same metadata, other values).
     ``upcast=True``: the same values with float storages in float64 and the same strides (so a view
-    that is valid in the float32 program is valid in the float64 one)."""
+    that is valid in the float32 program is valid in the float64 one).  ``device``: where the
+    storages live (values are drawn on the CPU, so they are the same on every device)."""
     out = []
     for k, spec in enumerate(prog.inputs):
         slot = int(spec.name[1:])     # by name, so a minimised program keeps the values of its inputs
@@ -269,8 +275,8 @@ def make_inputs(prog: Program, which: int = 0, upcast: bool = False):
 
         def fill(s, spec=spec, g=g):
             x = _fill_values(spec, s, g, True)
-            return x.to(torch.float64) if upcast and x.is_floating_point() else x
-        out.append(_storage_view(spec, "cpu", fill))
+            return (x.to(torch.float64) if upcast and x.is_floating_point() else x).to(device)
+        out.append(_storage_view(spec, device, fill))
     return out
 
 
@@ -354,6 +360,8 @@ _UNARY = {
     "silu": ("tp.silu({})", 1, False), "neg": ("(-{})", 2, True), "abs": ("{}.abs()", 2, True),
     "floor": ("tp.floor({})", 2, False), "ceil": ("tp.ceil({})", 1, False), "trunc": ("tp.trunc({})", 1, False),
     "round": ("tp.round({})", 1, False), "sign": ("tp.sign({})", 1, True), "square": ("tp.square({})", 1, True),
+    "pow2": ("({} ** 2)", 1, True), "pow3": ("tp.pow({}, 3)", 1, False), "pow05": ("({} ** 0.5)", 1, False),
+    "pow15": ("tp.pow({}, 1.5)", 1, False), "powm1": ("({} ** -1)", 1, False),
 }
 
 
@@ -388,7 +396,15 @@ def _unary_interval(op, lo, hi):
         return (0.0 if lo <= 0 <= hi else min(abs(lo), abs(hi))), max(abs(lo), abs(hi))
     if op in ("floor", "ceil", "trunc", "round"):
         return math.floor(lo), math.ceil(hi)
-    if op == "square":
+    if op == "pow3":
+        return lo ** 3, hi ** 3
+    if op == "pow05":
+        return math.sqrt(lo), math.sqrt(hi)
+    if op == "pow15":
+        return lo ** 1.5, hi ** 1.5
+    if op == "powm1":
+        return 1 / hi, 1 / lo
+    if op in ("square", "pow2"):
         m = max(abs(lo), abs(hi))
         return (0.0 if lo <= 0 <= hi else min(lo * lo, hi * hi)), m * m
     raise KeyError(op)
@@ -524,14 +540,14 @@ class ProgramGenerator:
             x = self._emit(f"tp.clamp({x.name}, min=-30.0, max=8.0)", [x], "lip", lo, hi, op="clamp", L=1.0, k=0)
         elif op == "log":
             x = self._positive(x, 0.25)
-        elif op in ("rsqrt", "reciprocal"):
+        elif op in ("rsqrt", "reciprocal", "powm1"):
             x = self._positive(x, 0.25)
-        elif op in ("log1p", "sqrt"):
+        elif op in ("log1p", "sqrt", "pow05", "pow15"):
             x = self._positive(x, 0.0)
         lo, hi = _unary_interval(op, x.lo, x.hi)
         if op in ("neg", "abs"):
             return self._emit(fmt.format(x.name), [x], "lip", lo, hi, op=op, L=1.0, k=0)
-        if op == "square":
+        if op in ("square", "pow2"):
             return self._emit(fmt.format(x.name), [x], "square", lo, hi, op=op)
         if op in ("sin", "cos", "gelu", "silu"):
             L = {"sin": 1.0, "cos": 1.0, "gelu": 1.13, "silu": 1.1}[op]
@@ -577,7 +593,8 @@ class ProgramGenerator:
                 if r.random() < 0.5:   # tensor / scalar
                     c = r.choice([0.5, 2.0, -4.0, 0.125, 3.0])
                     lo, hi = _imul((a.lo, a.hi), (1 / c, 1 / c))
-                    return self._emit(f"({a.name} / {_fmt(c)})", [a, c], "div", lo, hi, op="div")
+                    # CUDA divides by a scalar as a multiplication by its (rounded) reciprocal
+                    return self._emit(f"({a.name} / {_fmt(c)})", [a, c], "div", lo, hi, op="div", k=2)
                 c = r.choice(_SCALARS_F)
                 d = self._positive(a, 0.25)
                 lo, hi = _imul((c, c), (1 / d.hi, 1 / d.lo))
@@ -930,7 +947,19 @@ class ProgramGenerator:
 
     # -- driver ----------------------------------------------------------------------------------------
     FAMILIES = {"unary": 28, "binary": 28, "reduction": 12, "view": 20, "where": 4, "compare": 2, "clamp": 3,
-                "cast": 2, "logical": 1}
+                "cast": 2, "logical": 1, "softmax": 2}
+
+    def _op_softmax(self):
+        r = self.rng
+        x = self._to_float(self._pick(lambda v: v.kind != "b"))
+        rank = x.meta.dim()
+        d = r.randrange(-max(rank, 1), max(rank, 1))
+        n = x.shape[d] if rank else 1
+        if r.random() < 0.6:
+            expr = f"tp.softmax({x.name}, dim={d})" if r.random() < 0.5 else f"{x.name}.softmax({d})"
+            return self._emit(expr, [x], "softmax", 0.0, 1.0, op="softmax", dim=d, n=n)
+        return self._emit(f"tp.log_softmax({x.name}, dim={d})", [x], "log_softmax",
+                          x.lo - x.hi - math.log(max(n, 1)), 0.0, op="log_softmax", dim=d, n=n)
 
     def generate(self) -> Program:
         r = self.rng
@@ -985,12 +1014,13 @@ _MONO_FN = {
     "sqrt": (torch.sqrt, 1), "rsqrt": (torch.rsqrt, 1), "reciprocal": (torch.reciprocal, 1),
     "tanh": (torch.tanh, 1), "sigmoid": (torch.sigmoid, 1), "erf": (torch.erf, 1), "relu": (torch.relu, 1),
     "floor": (torch.floor, 1), "ceil": (torch.ceil, 1), "trunc": (torch.trunc, 1), "round": (torch.round, 1),
-    "sign": (torch.sign, 1),
+    "sign": (torch.sign, 1), "pow3": (lambda t: torch.pow(t, 3), 1), "pow05": (torch.sqrt, 1),
+    "pow15": (lambda t: torch.pow(t, 1.5), 1), "powm1": (torch.reciprocal, 1),
 }
 #: ulps of rounding per op (0 = exact)
 _K = {"exp": K_LIB, "expm1": K_LIB, "log": K_LIB, "log1p": K_LIB, "sqrt": 2.0, "rsqrt": K_LIB, "reciprocal": 2.0,
       "tanh": K_LIB, "sigmoid": K_LIB, "erf": K_LIB, "relu": 0.0, "floor": 0.0, "ceil": 0.0, "trunc": 0.0,
-      "round": 0.0, "sign": 0.0}
+      "round": 0.0, "sign": 0.0, "pow3": K_LIB, "pow05": 2.0, "pow15": K_LIB, "powm1": 2.0}
 _LIP_FN = {"sin": torch.sin, "cos": torch.cos, "gelu": F.gelu, "silu": F.silu}
 
 
@@ -1053,7 +1083,7 @@ def _node_error(node: Node, vals, errs, out):
         f = _MONO_FN[op][0]
         a = _fin(x)
         lo, hi = a - ex, a + ex
-        if op in ("sqrt", "log1p"):
+        if op in ("sqrt", "log1p", "pow05", "pow15"):
             lo = lo.clamp(min=-1.0 if op == "log1p" else 0.0)
         fa = f(a)
         with warnings.catch_warnings():
@@ -1129,6 +1159,26 @@ def _node_error(node: Node, vals, errs, out):
         unc = torch.maximum(ex, ey) + (_fin(x) - _fin(y)).abs()
         unc = torch.where(nonfin & ~same, torch.inf, unc)
         return torch.where(ec > 0, unc, chosen)
+    if rule in ("softmax", "log_softmax"):
+        (x,), (ex,) = vals, errs
+        n = p["n"]
+        if out.numel() == 0:
+            return torch.zeros(out.shape, dtype=torch.float64)
+        d = p["dim"] if x.dim() else None
+        a = _fin(x)
+        red = (lambda t: t.amax(dim=d, keepdim=True)) if d is not None else (lambda t: t)
+        mex = red(ex)
+        m = red(a)
+        t = (a - m).abs()                       # |x_i - max|: the rounding of the shifted exponent
+        rel = (K_LIB + 3 + 2 * math.sqrt(n)) * u + u * torch.clamp(red(t), max=float(n))
+        if rule == "softmax":
+            y = fo.abs()
+            e = y * (ex + mex) + y * rel + u * y * t + eta
+            e = torch.clamp(e, max=1.0)         # any evaluation stays in [0, 1]
+        else:
+            e = ex + mex + rel + u * (t + fo.abs()) + eta
+        undecided = red(torch.isinf(ex).to(torch.float64)) > 0
+        return torch.where(undecided, torch.inf, e)
     # reductions
     dims, keep, n = p["dims"], p["keepdim"], p["n"]
     (x,), (ex,) = vals, errs
@@ -1166,7 +1216,10 @@ def _node_error(node: Node, vals, errs, out):
         g = 2.0 * math.sqrt(n) * u
         mk = m if keep else _reduce(a, dims, keep, "sum") / n
         dm = g * _reduce(a.abs(), dims, keep, "sum") / n + u * mk.abs()
-        rnd = ((2 * u + g) * S + n * dm * dm) / D
+        # float32 Welford / parallel-combine updates (CUDA, compiled kernels) do not cancel the mean's
+        # error to first order: ~ sqrt(n) u kappa S with kappa = ||x|| / sqrt(S) (Chan, Golub, LeVeque)
+        welford = g * torch.sqrt(S * _reduce(a * a, dims, keep, "sum"))
+        rnd = ((2 * u + g) * S + n * dm * dm + welford) / D
         return prop + rnd + u * (fo.abs() + prop + rnd) + eta
     if rule == "logsumexp":
         g = 2.0 * math.sqrt(n) * u
@@ -1253,6 +1306,10 @@ def _to_torch(out):
     return out
 
 
+def _cpu(x):
+    return x.cpu() if isinstance(x, torch.Tensor) else x
+
+
 def _flatten_outs(out):
     return list(out) if isinstance(out, (tuple, list)) else [out]
 
@@ -1336,11 +1393,12 @@ def _model_message(eager32, ref64, E):
     return None
 
 
-def _references(prog, f32, f64, which):
-    """(eager32 outputs, ref64 outputs, E bounds) of input set ``which``."""
-    inputs = make_inputs(prog, which)
+def _references(prog, f32, f64, which, device="cpu"):
+    """(eager32 outputs (on ``device``, returned on the CPU), ref64 outputs, E bounds) of input set
+    ``which``; the float64 reference and the error model always run on the CPU."""
+    inputs = make_inputs(prog, which, device=device)
     up = make_inputs(prog, which, upcast=True)
-    eager = _flatten_outs(_to_torch(f32(*[tp.from_torch(t) for t in inputs])))
+    eager = [_cpu(o) for o in _flatten_outs(_to_torch(f32(*[tp.from_torch(t) for t in inputs])))]
     ref = _flatten_outs(_to_torch(f64(*[tp.from_torch(t) for t in up])))
     _, E = error_model(prog, up)
     return eager, ref, E
@@ -1365,19 +1423,22 @@ def _report(prog, backend, what, detail):
     return f"{what}: {detail}"
 
 
-def check_program(prog_or_seed, backend="stax", *, strict_native=True, c1=C1, c2=C2, model=True) -> CheckResult:
-    """Differential check of one program: compiled (3 calls) vs float64 reference under the error model."""
+def check_program(prog_or_seed, backend="stax", *, strict_native=True, c1=C1, c2=C2, model=True,
+                  device="cpu") -> CheckResult:
+    """Differential check of one program: compiled (3 calls) vs float64 reference under the error model.
+    ``device``: where the inputs live (eager32 and the compiled function run there; the float64
+    reference and the error model run on the CPU)."""
     prog = prog_or_seed if isinstance(prog_or_seed, Program) else generate(prog_or_seed)
     bname = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
     res = CheckResult(prog.seed, [], [], source=prog.source, backend=bname)
     f32, f64 = build_function(prog, tp.float32), build_function(prog, tp.float64)
-    ins = [make_inputs(prog, 0), make_inputs(prog, 1)]
+    ins = [make_inputs(prog, 0, device=device), make_inputs(prog, 1, device=device)]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         refs = []
         for which in (0, 1):
             try:
-                refs.append(_references(prog, f32, f64, which))
+                refs.append(_references(prog, f32, f64, which, device))
             except Exception as exc:   # the program is valid torch (checked at generation): TensorPlay eager failed
                 res.failures.append(_report(prog, bname, "eager (uncompiled) TensorPlay raised",
                                             "".join(traceback.format_exception_only(type(exc), exc)).strip()))
@@ -1413,7 +1474,11 @@ def check_program(prog_or_seed, backend="stax", *, strict_native=True, c1=C1, c2
                 res.failures.append(_report(prog, bname, name, f"{len(outs)} outputs, eager has {len(eager)}"))
                 continue
             for k, (o, e, r, b) in enumerate(zip(outs, eager, ref, E)):
-                msg, n_chk, n_free = compare(o, e, r, b, c1=c1, c2=c2)
+                if isinstance(o, torch.Tensor) and o.device.type != torch.device(device).type:
+                    res.failures.append(_report(prog, bname, f"{name} output {k} ({prog.outputs[k]})",
+                                                f"on {o.device}, the inputs are on {device}"))
+                    continue
+                msg, n_chk, n_free = compare(_cpu(o), e, r, b, c1=c1, c2=c2)
                 res.checked += n_chk
                 res.unconstrained += n_free
                 if msg:
@@ -1637,7 +1702,7 @@ def prune(prog: Program, outputs) -> Program:
     return Program(prog.seed, ins, keep, list(outputs))
 
 
-def minimize(prog: Program, backend="stax", fails=None) -> Program:
+def minimize(prog: Program, backend="stax", fails=None, device="cpu") -> Program:
     """Shrink a failing program: the first value (in program order) whose sub-program fails alone,
     then drop its nodes one by one where the failure stays (replacing a node by one of its operands
     of the same shape and dtype).  ``fails(p) -> bool`` defaults to "check_program reports a
@@ -1645,7 +1710,7 @@ def minimize(prog: Program, backend="stax", fails=None) -> Program:
     if fails is None:
         def fails(p):
             try:
-                return bool(check_program(p, backend, model=False).failures)
+                return bool(check_program(p, backend, model=False, device=device).failures)
             except Exception:
                 return False
     best = prog
@@ -1696,6 +1761,7 @@ def _main(argv=None):
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--count", type=int, default=1)
     ap.add_argument("--backend", default="stax")
+    ap.add_argument("--device", default="cpu", help="where the inputs live (cuda for a GPU backend)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--minimize", action="store_true", help="print the smallest failing sub-program")
     a = ap.parse_args(argv)
@@ -1704,16 +1770,16 @@ def _main(argv=None):
         prog = generate(s)
         if a.count == 1 and not a.quiet:
             print(prog.source)
-        r = check_program(prog, a.backend)
+        r = check_program(prog, a.backend, device=a.device)
         if r.failures:
             print(r.report())
         if r.model_violations:
             print(r.report(model=True))
         bad += bool(r.failures or r.model_violations)
         if a.minimize and r.failures:
-            small = minimize(prog, a.backend)
+            small = minimize(prog, a.backend, device=a.device)
             print(f"minimised (seed {s}, {len(small.nodes)} of {len(prog.nodes)} nodes):\n{small.source}")
-            for m in check_program(small, a.backend, model=False).failures:
+            for m in check_program(small, a.backend, model=False, device=a.device).failures:
                 print("  -", m)
         if a.count == 1:
             print(f"seed {s}: {'OK' if r.ok and not r.model_violations else 'FAIL'}; "

@@ -11,7 +11,8 @@ The generator, the error model and the checker live in ``random_programs.py`` (r
   results).
 * ``test_many_random_programs`` (``-m slow``): ``TP_RANDOM_PROGRAMS`` programs (default 2000) from
   ``TP_RANDOM_SEED`` (default 1000000); ``TP_RANDOM_STRICT=0`` compiles with ``strict_native=False``
-  (ops without a Stax kernel fall back instead of failing)::
+  (ops without a Stax kernel fall back instead of failing); ``TP_RANDOM_DEVICE=cuda`` puts the inputs
+  on a GPU (the float64 reference stays on the CPU)::
 
       TP_RANDOM_PROGRAMS=5000 TP_RANDOM_SEED=7 python -m pytest test/stax/test_random_programs.py -m slow
 
@@ -42,6 +43,8 @@ BACKEND = os.environ.get("TP_RANDOM_BACKEND", "stax")
 # strict_native=True (default): an op Stax cannot compile is a failure too; TP_RANDOM_STRICT=0 lets it
 # fall back to eager, to look only for wrong answers
 STRICT = os.environ.get("TP_RANDOM_STRICT", "1") != "0"
+# where the inputs live (a GPU backend: TP_RANDOM_DEVICE=cuda); the float64 reference stays on the CPU
+DEVICE = os.environ.get("TP_RANDOM_DEVICE", "cpu")
 
 
 _MODEL = {}   # seed -> error-model violations, filled by the CI batches (saves recomputing them)
@@ -51,7 +54,7 @@ def _run(seeds, backend, model=False):
     """(failed CheckResults, elements checked, elements undecided)."""
     failed, checked, free = [], 0, 0
     for s in seeds:
-        r = rp.check_program(s, backend, model=model, strict_native=STRICT)
+        r = rp.check_program(s, backend, model=model, strict_native=STRICT, device=DEVICE)
         if model:
             _MODEL[s] = r.model_violations
         checked += r.checked
@@ -105,7 +108,7 @@ def test_many_random_programs():
     t0 = time.perf_counter()
     failed, model_bad, checked, free = [], [], 0, 0
     for s in seeds:
-        r = rp.check_program(s, BACKEND, strict_native=STRICT)
+        r = rp.check_program(s, BACKEND, strict_native=STRICT, device=DEVICE)
         if r.failures:
             failed.append(r)
         if r.model_violations:
@@ -144,7 +147,8 @@ def test_generator_coverage():
             "value_rank0", "value_size0", "value_bool", "value_int", "value_f64"]
     ops = ["exp", "log", "tanh", "sigmoid", "relu", "gelu", "neg", "abs", "sqrt", "sin", "erf", "floor",
            "add", "sub", "mul", "div", "maximum", "minimum", "where", "clamp", "cmp", "logical", "cast",
-           "sum", "mean", "amax", "prod", "var", "logsumexp", "any", "all",
+           "sum", "mean", "amax", "prod", "var", "logsumexp", "any", "all", "softmax", "log_softmax",
+           "pow2", "pow3", "pow05", "powm1",
            "permute", "transpose", "reshape", "view", "expand", "broadcast_to", "unsqueeze", "squeeze",
            "getitem", "select", "narrow", "flatten", "unflatten", "movedim", "flip", "contiguous"]
     missing = [k for k in need if not cov.get(k)] + [o for o in ops if not cov.get(f"op:{o}")]

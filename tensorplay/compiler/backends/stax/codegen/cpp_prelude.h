@@ -27,8 +27,8 @@
 // IEEE.  Everything follows IEEE 754 with round-to-nearest: no -ffast-math (SPEC §4 inv. 3), NaN in
 // -> NaN out, +-0, +-inf, gradual underflow (subnormal results are produced, never flushed).
 // NOTE: GCC's default -ffp-contract=fast fuses a*b+c written in a kernel into one FMA (one rounding
-// instead of two) even with -std=c++17; pass -ffp-contract=off to get results bit-identical to
-// eager PyTorch for composite expressions.  The functions below do not depend on that setting.
+// instead of two) even with -std=c++17; -ffp-contract=off (the code cache passes it) keeps
+// composite expressions bit-identical to eager PyTorch.  The functions below do not depend on it.
 //
 // ACCURACY CONTRACT (max error in ulps of the exact result over the whole domain, float32 and
 // float64; enforced by test/stax/test_cpp_prelude.py on ~1e5 points per function and dtype plus

@@ -276,6 +276,7 @@ def test_cache_dir_holds_readable_wrappers_experiment_2(tmp_path, monkeypatch):
 
 
 def test_size_zero_and_scalars():
+    run_native(lambda a: (F.softmax(a, -1), F.log_softmax(a, 0)), rnd(3, 0))
     run_native(lambda a: (a * 2 + 1).sum(-1), rnd(0, 7))
     run_native(lambda a: a.sum(0), rnd(0, 7))
     run_native(lambda a: a * 2 + 1, tp.tensor(3.0))

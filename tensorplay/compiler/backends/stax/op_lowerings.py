@@ -781,6 +781,8 @@ def _softmax(x, dim, dtype=None):
     out = _out_val()
     if not out.dtype.is_floating_point:
         raise Unsupported("softmax of integers")
+    if math.prod(x.get_size()) == 0:   # empty input: empty output, nothing to reduce
+        return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, out.dtype)))
     src, shifted = _softmax_parts(x, dim, out.dtype)
     e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
     s = _realize(make_reduction(e, dim, True, "sum", out.dtype))
@@ -794,6 +796,8 @@ def _log_softmax(x, dim, dtype=None):
     out = _out_val()
     if not out.dtype.is_floating_point:
         raise Unsupported("log_softmax of integers")
+    if math.prod(x.get_size()) == 0:
+        return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, out.dtype)))
     src, shifted = _softmax_parts(x, dim, out.dtype)
     e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
     s = _realize(make_reduction(e, dim, True, "sum", out.dtype))

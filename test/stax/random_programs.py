@@ -5,7 +5,8 @@ Three parts, all deterministic from one integer seed:
 **Generator** (:func:`generate`).  ``random.Random(seed)`` builds a DAG of 5–40 ops over 1–4 inputs:
 pointwise unary ops (exp, expm1, log, log1p, sqrt, rsqrt, reciprocal, tanh, sigmoid, erf, sin, cos,
 relu, gelu, silu, neg, abs, floor, ceil, trunc, round, sign, square, ``x ** k`` for k in 2, 3, 0.5,
-1.5, -1), ``softmax`` / ``log_softmax`` along a dim, binary ops with broadcasting
+1.5, -1), ``softmax`` / ``log_softmax`` along a dim, in-place ops on fresh intermediates (``add_ sub_
+mul_ clamp_ relu_ neg_ abs_``; the mutated value is never read again), binary ops with broadcasting
 and Python-scalar operands (add, sub, mul, div, maximum, minimum), comparisons, ``where``, ``clamp``,
 logical ops, casts (int/bool -> float, float -> bool/int32, float32 -> float64), reductions with
 ``dim``/``keepdim`` (sum, mean, amax, amin, prod, var, logsumexp, any, all) and view/layout ops
@@ -45,7 +46,8 @@ the propagated input error and its own rounding:
   SPEC §5); ``mean`` = sum / n; ``prod``: ``prod(|a| + E) - prod|a| + n u prod(|a| + E)``;
   ``var``: ``(2 sum|a - m| E + sum E^2) / (n - c)`` + a two-pass/Welford rounding term
   ``((2u + 2 sqrt(n) u) S + n dm^2 + 2 sqrt(n) u sqrt(S sum a^2)) / (n - c)`` (the last term is the
-  float32 Welford update's error, ~ kappa n u with kappa = ||a|| / sqrt(S)); ``logsumexp``: ``max E + u(4 + 2 sqrt(n) + 2 max|a|)``;
+  float32 Welford update's error, ~ kappa n u with kappa = ||a|| / sqrt(S));
+  ``logsumexp``: ``max E + u(4 + 2 sqrt(n) + 2 max|a|)``;
   ``softmax``: ``y (E_i + max E) + y u (7 + 2 sqrt(n) + min(n, max|x - m|)) + u y |x_i - m|`` (and
   the analogous absolute bound for ``log_softmax``);
 * rounding of the op itself: ``k * u * scale + k * eta`` with ``u = 2^-24`` (float32 results) or
@@ -306,13 +308,16 @@ def _input_interval(spec: InputSpec):
 # generator
 # ---------------------------------------------------------------------------------------------------
 class _Val:
-    __slots__ = ("name", "meta", "lo", "hi", "uses", "is_input", "unstable")
+    __slots__ = ("name", "meta", "lo", "hi", "uses", "is_input", "unstable", "dead")
 
     def __init__(self, name, meta, lo, hi, is_input=False):
         self.name, self.meta, self.lo, self.hi, self.uses, self.is_input = name, meta, lo, hi, 0, is_input
-        # layout differs between the float32 and the float64 program (``x.to(tp.float64)`` copies in
-        # one and aliases in the other): ``.view`` of it may be valid in one only
-        self.unstable = False
+        # the strides of a computed value are the kernel's choice: they can differ between CPU and CUDA
+        # (TensorIterator) and between the float32 and float64 programs (``x.to(tp.float64)`` copies
+        # in one and aliases in the other), so ``.view`` is only emitted on inputs, views of inputs
+        # and ``.contiguous()`` results (elsewhere ``.reshape``)
+        self.unstable = not is_input
+        self.dead = False      # mutated in place: its old value is gone, never an operand again
 
     @property
     def kind(self):
@@ -501,7 +506,7 @@ class ProgramGenerator:
         return v
 
     def _pick(self, pred=lambda v: True):
-        cands = [v for v in self.vals if pred(v)]
+        cands = [v for v in self.vals if not v.dead and pred(v)]
         if not cands:
             raise _Reject("no operand")
         n = len(self.vals)
@@ -560,7 +565,7 @@ class ProgramGenerator:
             return None
         cands = []
         for v in self.vals:
-            if v.kind not in kinds:
+            if v.kind not in kinds or v.dead:
                 continue
             try:
                 s = torch.broadcast_shapes(a.shape, v.shape)
@@ -690,9 +695,7 @@ class ProgramGenerator:
             return self._emit(f"{x.name}.to(tp.int32)", [x], "to_int", math.floor(x.lo), math.ceil(x.hi), op="cast")
         if x.meta.dtype == torch.float64:
             raise _Reject("already f64")
-        v = self._emit(f"{x.name}.to(tp.float64)", [x], "cast", x.lo, x.hi, op="cast")
-        v.unstable = True
-        return v
+        return self._emit(f"{x.name}.to(tp.float64)", [x], "cast", x.lo, x.hi, op="cast")
 
     def _op_logical(self):
         r = self.rng
@@ -942,12 +945,54 @@ class ProgramGenerator:
         else:
             expr = f"{nm}.{kind}()"
         v = self._emit(expr, [x], "view", x.lo, x.hi, op=kind)
-        v.unstable = x.unstable and kind not in ("contiguous", "clone", "flip")
+        v.unstable = kind == "flip" or (x.unstable and kind != "contiguous")
         return v
 
     # -- driver ----------------------------------------------------------------------------------------
     FAMILIES = {"unary": 28, "binary": 28, "reduction": 12, "view": 20, "where": 4, "compare": 2, "clamp": 3,
-                "cast": 2, "logical": 1, "softmax": 2}
+                "cast": 2, "logical": 1, "softmax": 2, "inplace": 3}
+
+    def _op_inplace(self):
+        """``x.add_(y)``, ``x.clamp_(...)``, ... on a fresh, unused intermediate (not an input, not a view:
+        the mutation must not reach anything else); x is dead afterwards, the result (x itself) lives on."""
+        r = self.rng
+        cands = [v for v in self.vals if not v.is_input and not v.dead and v.uses == 0 and v.kind == "f"
+                 and self.nodes[int(v.name[1:])].rule not in ("view", "cast")]
+        if not cands:
+            raise _Reject("nothing to mutate")
+        x = r.choice(cands)
+        op = r.choice(["add_", "sub_", "mul_", "clamp_", "relu_", "neg_", "abs_", "add_", "mul_"])
+        nm = x.name
+        if op in ("relu_", "neg_", "abs_"):
+            lo, hi = _unary_interval(op[:-1], x.lo, x.hi)
+            rule, extra = ("mono", {}) if op == "relu_" else ("lip", dict(L=1.0, k=0))
+            v = self._emit(f"{nm}.{op}()", [x], rule, lo, hi, op=op, inplace=True, **extra)
+        elif op == "clamp_":
+            lo = round(r.uniform(x.lo, x.hi) * 4) / 4
+            hi = lo + r.choice([0.5, 2.0])
+            v = self._emit(f"{nm}.clamp_(min={_fmt(lo)}, max={_fmt(hi)})", [x], "lip", lo, hi, op=op, inplace=True,
+                           L=1.0, k=0)
+        else:
+            b = None
+            if r.random() < 0.6:
+                cands = [w for w in self.vals if not w.dead and w.kind in "fi" and w.meta.dim() <= x.meta.dim()]
+                cands = [w for w in cands if _broadcasts_into(w.shape, x.shape)]
+                b = r.choice(cands) if cands else None
+            if b is None:
+                c = r.choice(_SCALARS_F)
+                blo = bhi = c
+                arg, argv = _fmt(c), c
+            else:
+                blo, bhi, arg, argv = b.lo, b.hi, b.name, b
+            if op == "add_":
+                lo, hi = x.lo + blo, x.hi + bhi
+            elif op == "sub_":
+                lo, hi = x.lo - bhi, x.hi - blo
+            else:
+                lo, hi = _imul((x.lo, x.hi), (blo, bhi))
+            v = self._emit(f"{nm}.{op}({arg})", [x, argv], op[:-1], lo, hi, op=op, inplace=True)
+        x.dead = True
+        return v
 
     def _op_softmax(self):
         r = self.rng
@@ -983,8 +1028,16 @@ class ProgramGenerator:
         k = r.randint(1, 4)
         outs = [self.vals[-1].name] + [v.name for v in reversed(sinks) if v.name != self.vals[-1].name][:k - 1]
         if r.random() < 0.15:
-            outs.append(r.choice(self.vals).name)      # an intermediate, an input or a duplicate
+            outs.append(r.choice([v for v in self.vals if not v.dead]).name)   # an intermediate, an input, a duplicate
         return Program(self.seed, self.inputs, self.nodes, outs)
+
+
+def _broadcasts_into(small, big):
+    """Can a tensor of shape ``small`` be broadcast to exactly ``big`` (in-place operand)?"""
+    try:
+        return tuple(torch.broadcast_shapes(tuple(small), tuple(big))) == tuple(big)
+    except RuntimeError:
+        return False
 
 
 def generate(seed: int, min_ops: int = 5, max_ops: int = 40) -> Program:
@@ -1079,7 +1132,7 @@ def _node_error(node: Node, vals, errs, out):
         return torch.where(torch.isfinite(x), e, torch.inf)   # float -> int of NaN/inf is undefined
     if rule == "mono":
         (x,), (ex,) = vals, errs
-        op = p["op"]
+        op = p["op"].rstrip("_")       # relu_ is relu
         f = _MONO_FN[op][0]
         a = _fin(x)
         lo, hi = a - ex, a + ex
@@ -1109,7 +1162,8 @@ def _node_error(node: Node, vals, errs, out):
         if k:
             a = _fin(x)
             fa = _LIP_FN[op](a)
-            scale = fa.abs() + e + (a.abs() + ex if op == "gelu" else 0.0) + (2.0 ** -8 if op in ("sin", "cos") else 0.0)
+            scale = fa.abs() + e + (a.abs() + ex if op == "gelu" else 0.0) \
+                + (2.0 ** -8 if op in ("sin", "cos") else 0.0)
             e = e + k * u * scale + k * eta
         if op in ("gelu", "silu"):   # ATen returns NaN at ±inf where the limit is ±inf / 0
             e = torch.where(torch.isinf(x), torch.inf, e)
@@ -1242,12 +1296,14 @@ def error_model(prog: Program, inputs):
         E[spec.name] = _storage_view(spec, "cpu", lambda s: torch.zeros(s, dtype=torch.float64))
     ns = {"tp": _TSHIM, "FLOAT": torch.float64}
     for node in prog.nodes:
+        vals = [V[a] if isinstance(a, str) else torch.tensor(a, dtype=torch.float64 if isinstance(a, float)
+                                                              else torch.int64) for a in node.args]
+        if node.params.get("inplace"):
+            vals = [v.clone() for v in vals]       # the rule reads the operands before the mutation
         env = {a: V[a] for a in node.args if isinstance(a, str)}
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             out = eval(node.expr, ns, env)
-        vals = [V[a] if isinstance(a, str) else torch.tensor(a, dtype=torch.float64 if isinstance(a, float)
-                                                              else torch.int64) for a in node.args]
         errs = [E[a] if isinstance(a, str) else torch.zeros((), dtype=torch.float64) for a in node.args]
         # an operand of higher precision than the op's computation dtype (a float64 0-dim tensor
         # with a float32 tensor computes in float32) is rounded first
@@ -1340,7 +1396,8 @@ def compare(got, eager32, ref64, E, *, c1=C1, c2=C2):
         if bool(bad.any()):
             i = _fmt_idx(bad.nonzero()[0])
             return (f"{int(bad.sum())} of {got.numel()} elements differ; first at {i}: compiled={got[i].item()} "
-                    f"eager32={eager32[i].item()} ref64={ref64[i].item()} E={E[i].item():.3g}"), got.numel() - nfree, nfree
+                    f"eager32={eager32[i].item()} ref64={ref64[i].item()} E={E[i].item():.3g}"), \
+                got.numel() - nfree, nfree
         return None, got.numel() - nfree, nfree
     g, e, r = _f64(got), _f64(eager32), _f64(ref64)
     nf_e = ~torch.isfinite(e)
@@ -1467,7 +1524,8 @@ def check_program(prog_or_seed, backend="stax", *, strict_native=True, c1=C1, c2
         except Exception as exc:
             where = traceback.extract_tb(exc.__traceback__)[-1]
             res.failures.append(_report(prog, bname, "tp.compile'd function raised",
-                                        f"{type(exc).__name__}: {str(exc)[:1500]}\n  (at {where.filename}:{where.lineno})"))
+                                        f"{type(exc).__name__}: {str(exc)[:1500]}\n"
+                                        f"  (at {where.filename}:{where.lineno})"))
             return res
         for name, outs, (eager, ref, E) in calls:
             if len(outs) != len(eager):

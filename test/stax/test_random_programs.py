@@ -148,7 +148,7 @@ def test_generator_coverage():
     ops = ["exp", "log", "tanh", "sigmoid", "relu", "gelu", "neg", "abs", "sqrt", "sin", "erf", "floor",
            "add", "sub", "mul", "div", "maximum", "minimum", "where", "clamp", "cmp", "logical", "cast",
            "sum", "mean", "amax", "prod", "var", "logsumexp", "any", "all", "softmax", "log_softmax",
-           "pow2", "pow3", "pow05", "powm1",
+           "pow2", "pow3", "pow05", "powm1", "add_", "mul_", "clamp_", "relu_",
            "permute", "transpose", "reshape", "view", "expand", "broadcast_to", "unsqueeze", "squeeze",
            "getitem", "select", "narrow", "flatten", "unflatten", "movedim", "flip", "contiguous"]
     missing = [k for k in need if not cov.get(k)] + [o for o in ops if not cov.get(f"op:{o}")]

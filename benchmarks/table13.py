@@ -21,7 +21,6 @@ time.
 from __future__ import annotations
 
 import argparse
-import math
 import time
 
 import torch
@@ -144,4 +143,3 @@ def _compiled_bytes(cf):
 
 if __name__ == "__main__":
     main()
-_ = math

@@ -29,7 +29,6 @@ Guarantees of :func:`call` (the eager path, one per op call):
 from __future__ import annotations
 
 import collections
-import functools
 import os
 from dataclasses import dataclass, field
 from typing import Callable

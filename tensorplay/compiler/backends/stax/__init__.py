@@ -19,10 +19,6 @@ autograd (an input requires grad with grad mode on) run op by op until AOT autog
 """
 from __future__ import annotations
 
-import os
-
-import torch
-
 from ...._tensor import Tensor, _wrap
 from ....autograd import grad_mode
 
@@ -100,4 +96,3 @@ def _register():
 
 
 _register()
-_ = (os, torch)

@@ -24,9 +24,8 @@ import sys
 import torch
 
 from ...graph.node import map_arg
-from ..registry import lookup_backend  # noqa: F401  (import order: registry before stax)
 from . import choices
-from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Pointwise, Reduction,
+from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Reduction,
                  ReinterpretView, TensorBox, Unsupported, contiguous_strides)
 
 __all__ = ["GraphLowering", "StaxLoweringError"]

@@ -26,7 +26,6 @@ import math
 import sympy
 import torch
 
-from ...graph.node import map_aggregate
 from .ir import Pointwise, Reduction, TensorBox, Unsupported, ReinterpretView, Buffer
 from .lowering import view_of_buffer
 from .ops_handler import ops
@@ -444,21 +443,11 @@ def _unsqueeze_reindex(in_size, out_size, dim):
 
 
 def _squeeze_reindex(in_size, out_size, dim=None):
-    def f(idx):
+    removed = _removed_dims(in_size, out_size, dim)
+
+    def f(idx):   # a removed size-1 dim gets index 0, the others take the output's indices in order
         it = iter(idx)
-        old = []
-        j = 0
-        out_dims = list(out_size)
-        # walk the input dims: a size-1 dim that was removed gets index 0
-        removed = _removed_dims(in_size, out_size, dim)
-        for d in range(len(in_size)):
-            if d in removed:
-                old.append(sympy.Integer(0))
-            else:
-                old.append(next(it))
-                j += 1
-        del out_dims
-        return old
+        return [sympy.Integer(0) if d in removed else next(it) for d in range(len(in_size))]
     return f
 
 
@@ -859,6 +848,3 @@ def _extern(*args):
 for _name in ("matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "convolution", "einsum",
               "outer", "dot", "sort", "argsort", "topk", "cumsum", "cumprod", "_scatter_view", "cat", "stack"):
     register_lowering(_name)(_extern)
-
-# keep map_aggregate imported for rules that walk nested args
-_ = map_aggregate

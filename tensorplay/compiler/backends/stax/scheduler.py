@@ -22,8 +22,6 @@ written to memory: it lives in registers (reductions, row values) or in a per-ro
 """
 from __future__ import annotations
 
-import math
-
 import sympy
 
 from . import choices
@@ -125,7 +123,9 @@ class Group:
         else:
             self.sig = ("pw", _sq(node.ranges))
 
-    def placement(self, node, sig):
+    @staticmethod
+    def placement(node, sig):
+        """Where a node sits in a group with iteration space ``sig`` (see module doc), or None."""
         outer, inner = sig
         if node.is_reduction:
             return "reduce"
@@ -173,8 +173,6 @@ class Scheduler:
         seen = set(map(id, stack))
         while stack:
             h = stack.pop()
-            if h.reads & b.writes and False:
-                pass
             if b.reads & h.writes:
                 return True
             for k in self._succ(h):
@@ -206,18 +204,16 @@ class Scheduler:
         index must be the producer's store index (same element), or a row value read by row."""
         nodes = g1.nodes + g2.nodes
         names = {n.name for n in nodes}
-        gtmp = Group.__new__(Group)
+        if any(Group.placement(n, sig) is None for n in nodes):
+            return False
         for n in nodes:
-            if gtmp.placement(n, sig) if False else Group.placement(None, n, sig) is None:
-                return False
-        for n in nodes:
-            pl = Group.placement(None, n, sig)
+            pl = Group.placement(n, sig)
             idx = kernel_index(n, pl, sig)
             for bname, expr in n.record(idx):
                 if bname not in names:
                     continue
                 prod = self.by_name[bname]
-                ppl = Group.placement(None, prod, sig)
+                ppl = Group.placement(prod, sig)
                 pexpr = store_index(prod, ppl, sig)
                 if ppl == "inner":
                     if pl not in ("inner", "reduce") or sympy.simplify(expr - pexpr) != 0:
@@ -254,10 +250,10 @@ class Scheduler:
         g1.reads |= g2.reads
         g1.writes |= g2.writes
         g1.order = min(g1.order, g2.order)
-        g1.sig = sig if any(n.is_reduction for n in g1.nodes) or g1.sig[0] != "pw" or g2.sig[0] != "pw" \
-            else g1.sig
-        if g1.sig is not None and g1.sig[0] != "pw":
-            pass
+        # two pointwise groups keep their flexible ("pw", shape) signature; anything with a
+        # reduction takes the fixed (rows, reduced elements) split
+        if g1.sig[0] != "pw" or g2.sig[0] != "pw":
+            g1.sig = sig
         self.groups.remove(g2)
         for n in g2.nodes:
             self.group_of[n.name] = g1
@@ -320,5 +316,3 @@ def store_index(node, placement, sig):
     idx, _ = kernel_index(node, placement, sig)
     return sympy.expand(node.buf.layout.index(idx))
 
-
-_ = math

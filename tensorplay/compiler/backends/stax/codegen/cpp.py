@@ -248,7 +248,7 @@ class KernelGen:
         for n, t in self.graph.constants.items():
             self.dtypes[n] = t.dtype
         self.locals = sched.local_buffers(group)
-        self.placements = {n.name: Group.placement(None, n, self.sig) for n in group.nodes}
+        self.placements = {n.name: Group.placement(n, self.sig) for n in group.nodes}
         if any(p is None for p in self.placements.values()):
             raise Unsupported(f"node placement in group {group}")
         self.xs, self.rs = kernel_vars(self.sig)
@@ -352,15 +352,15 @@ class KernelGen:
         gsizes = list(sizes)
         i = 0
         while i + 1 < len(groups):
-            a, b = groups[i][-1], groups[i + 1][0]
-            inner_size = math.prod(gsizes[i + 1:i + 2])
+            a = groups[i][-1]
+            inner_size = gsizes[i + 1]
             ok = True
             for e in exprs:
                 ca, cb = sympy.diff(e, a), sympy.diff(e, groups[i + 1][-1])
                 if not (ca.is_Integer and cb.is_Integer):
                     ok = False
                     break
-                if int(ca) != int(cb) * inner_size * (1 if len(groups[i + 1]) == 1 else 1):
+                if int(ca) != int(cb) * inner_size:
                     ok = False
                     break
             if ok and len(groups[i + 1]) == 1:
@@ -397,7 +397,6 @@ class KernelGen:
         # by the merged var is exact because of the mergeability check above
         ph, nphase = self._phases()
         self.ph = ph
-        body = []
         ind = "    "
         threads = choices_threads()
         depth = choices.parallel_depth([s for _, s in self.outer_loops], math.prod(inner) if inner else 1, threads)

@@ -26,8 +26,11 @@ from .registry import register_backend
 __all__ = ["eager_backend", "raw_function"]
 
 
-def raw_function(gm):
-    """Generate ``def raw(x, w): return (K_add(x, w, 1), ...)`` over torch tensors."""
+def raw_function(gm, device=None):
+    """Generate ``def raw(x, w): return (K_add(x, w, 1), ...)`` over torch tensors.
+
+    ``device``: the one device of the example inputs; Python scalars are hoisted into 0-d constants
+    there (None — no tensor inputs or several devices — keeps them as Python numbers)."""
     g = gm.graph
     ns = {"operator": operator, "torch": torch, "_wrap": _wrap, "Tensor": Tensor}
     params = [n.name for n in g.placeholders]
@@ -51,11 +54,9 @@ def raw_function(gm):
             kname = f"F_{n.name}"
             ns[kname] = n.target
         else:
-            if d.schema.mutated_pos is not None or d.schema.index_pos or d.schema.list_pos:
-                pass
             kname = f"K_{d.name}"
             ns[kname] = d.eager
-        args = ", ".join(_fmt_arg(a) for a in _hoist_scalars(n, ns))
+        args = ", ".join(_fmt_arg(a) for a in _hoist_scalars(n, ns, device))
         lines.append(f"    {n.name} = {kname}({args})")
     src = "\n".join(lines) + "\n"
     exec(compile(src, "<tp raw graph>", "exec"), ns)
@@ -67,7 +68,7 @@ def raw_function(gm):
 _EXACT_DTYPES = (torch.float32, torch.float64, torch.int32, torch.int64)
 
 
-def _hoist_scalars(n, ns):
+def _hoist_scalars(n, ns, device):
     """Python-number operands of pointwise arithmetic become 0-d constant tensors made once here.
 
     ATen wraps a Python scalar into a tensor on every call (~1.5 µs on the dev machine); a
@@ -77,13 +78,13 @@ def _hoist_scalars(n, ns):
     d = n.opdef
     args = list(n.args)
     val = n.meta.get("val")
-    if d is None or "pointwise" not in d.tags or d.is_inplace or "comparison" in d.tags or \
+    if device is None or d is None or "pointwise" not in d.tags or d.is_inplace or "comparison" in d.tags or \
             getattr(val, "dtype", None) not in _EXACT_DTYPES:
         return args
     for i in d.schema.tensor_pos:
         v = args[i]
         if isinstance(v, (int, float)) and not isinstance(v, bool):
-            t = torch.tensor(v, dtype=val.dtype, device=val.device if val.device.type != "meta" else "cpu")
+            t = torch.tensor(v, dtype=val.dtype, device=device)
             if t.item() != v or (isinstance(v, float) and val.dtype in (torch.int32, torch.int64)):
                 continue
             name = f"S_{n.name}_{i}"
@@ -110,7 +111,8 @@ def eager_backend(gm, example_inputs, **kwargs):
             return gm._forward(gm, *args)
         run.source = gm.code
         return run
-    return raw_function(gm)
+    devices = {t.device for t in example_inputs if isinstance(t, Tensor)}
+    return raw_function(gm, devices.pop() if len(devices) == 1 else None)
 
 
 register_backend(eager_backend, name="eager")

@@ -14,13 +14,17 @@ artifact's cost analysis), the effective bandwidths beta_e, beta_c (Def. 13.2) a
 fraction of the measured read bandwidth B (row-sum of a 64 MiB tensor, minimum of the readings,
 Prop. 13.1).  Outputs are allocated fresh on every call by every variant (that is what a caller
 sees); a fresh 64 MiB output costs page faults on Linux, which the table reports as part of the
-time.
+time.  ``--steady`` re-runs the same table in the steady state of a long-running program: glibc is
+told to keep freed memory (``MALLOC_MMAP_MAX_=0``, a large ``MALLOC_TRIM_THRESHOLD_``), so a fresh
+output reuses pages that are already mapped and the page faults disappear for every variant alike.
 
-    python benchmarks/table13.py [--repeats 15] [--quick] [--no-torch-compile] [--cases ex1.1,ex7.1]
+    python benchmarks/table13.py [--repeats 15] [--quick] [--steady] [--no-torch-compile] [--cases ex1.1,ex7.1]
 """
 from __future__ import annotations
 
 import argparse
+import os
+import sys
 import time
 
 import torch
@@ -75,7 +79,13 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true", help="1/16 of the sizes (smoke test)")
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument("--cases", default="")
+    p.add_argument("--steady", action="store_true",
+                   help="steady state: freed memory stays mapped (glibc settings), no page faults on outputs")
     a = p.parse_args(argv)
+    if a.steady and os.environ.get("MALLOC_MMAP_MAX_") != "0":
+        # glibc reads these at start-up only: re-execute this script with them set
+        env = dict(os.environ, MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_=str(1 << 40))
+        os.execve(sys.executable, [sys.executable] + sys.argv, env)
     scale = 4 if a.quick else 1
     table = cases(8192 // scale, 2048 // scale, 16384 // scale, 1000 // scale)
     if a.cases:
@@ -83,6 +93,8 @@ def main(argv=None):
         table = {k: v for k, v in table.items() if any(k.startswith(w) for w in want)}
     B = read_bandwidth()
     print(f"machine: {machine_description()}")
+    print("allocation: " + ("steady state (freed memory stays mapped: MALLOC_MMAP_MAX_=0)" if a.steady else
+                            "fresh outputs (default glibc policy: large buffers are mmap-ed and page-faulted)"))
     print(f"measured read bandwidth B = {B / 1e9:.1f} GB/s (row sum of 64 MiB, min of 15)")
     print(f"{a.repeats} interleaved readings after {a.warmup} warm-up calls; times in ms, median [95% CI]\n")
     rows = []

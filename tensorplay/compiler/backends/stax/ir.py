@@ -2,9 +2,12 @@
 
 * :class:`Pointwise` — ``inner_fn(index) -> value`` over ``ranges`` (the output shape).
 * :class:`Reduction` — ``inner_fn(index, rindex) -> value`` reduced over ``reduction_ranges`` with a
-  monoid (``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``, ``argmax``, ``argmin``); the
-  reduction is associative, so the kernel may split it into several vector accumulators
-  (invariant 6).
+  monoid (``sum``, ``prod``, ``max``, ``min``, ``any``, ``all``, ``argmax``, ``argmin``,
+  ``welford``); the reduction is associative, so the kernel may split it into several vector
+  accumulators (invariant 6).  ``argmax``/``argmin`` accumulate (value, index) pairs and
+  ``welford`` (mean, m2, count) triples: such a reduction has several results, and one Reduction
+  node is one of them (``output``); :func:`Reduction.multi` makes the sibling nodes of one
+  accumulator (same ``inner_fn``), which the kernel generator computes once when they share a kernel.
 * Buffers — memory: :class:`InputBuffer` (graph inputs and constants), :class:`ComputedBuffer`
   (a Pointwise/Reduction written to memory — *materialised*), :class:`ExternBuffer` (result of an
   ATen call: matmul, conv, sort, ... or of a *fallback* eager call for ops with no lowering).
@@ -105,25 +108,50 @@ class Pointwise(Loops):
 
 
 class Reduction(Loops):
-    TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin")
+    TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "welford")
+    #: results of the reductions with several (the first is the default ``output``); ``index`` is
+    #: the flat position in the reduced elements (row-major over ``reduction_ranges``), int64
+    OUTPUTS = {"argmax": ("index", "value"), "argmin": ("index", "value"), "welford": ("mean", "m2", "count")}
 
-    def __init__(self, dtype, device, ranges, reduction_ranges, reduction_type, inner_fn, src_dtype):
+    def __init__(self, dtype, device, ranges, reduction_ranges, reduction_type, inner_fn, src_dtype, output=None):
         super().__init__(dtype, device, ranges)
         if reduction_type not in self.TYPES:
             raise Unsupported(f"reduction type {reduction_type}")
+        outs = self.OUTPUTS.get(reduction_type, (None,))
+        if output is None:
+            output = outs[0]
+        if output not in outs:
+            raise ValueError(f"{reduction_type} reduction has no output {output!r} (has {outs})")
         self.reduction_ranges = tuple(int(r) for r in reduction_ranges)
         self.reduction_type = reduction_type
         self.inner_fn = inner_fn
         self.src_dtype = src_dtype
+        self.output = output
+
+    @classmethod
+    def multi(cls, dtypes, device, ranges, reduction_ranges, reduction_type, inner_fn, src_dtype):
+        """One node per output of a multi-result reduction (``dtypes``: output name -> dtype),
+        all over the same ``inner_fn`` — siblings share one accumulator in a kernel."""
+        return {o: cls(dt, device, ranges, reduction_ranges, reduction_type, inner_fn, src_dtype, output=o)
+                for o, dt in dtypes.items()}
 
     def make_loader(self):
         raise RuntimeError("a Reduction must be realized before it is read")
 
     def __repr__(self):
-        return f"Reduction({self.reduction_type}, {str(self.dtype)[6:]}, {list(self.ranges)} / {list(self.reduction_ranges)})"
+        out = f".{self.output}" if self.output else ""
+        return (f"Reduction({self.reduction_type}{out}, {str(self.dtype)[6:]}, {list(self.ranges)} / "
+                f"{list(self.reduction_ranges)})")
 
 
 class Buffer(IRNode):
+    """A value in memory.  ``flexible``: the layout may still change (§6.6) — true for buffers the
+    lowering realized itself, until something depends on the strides (a view of it is taken), so a
+    graph output can take eager's strides at the end; loaders read the layout when they are called
+    (at scheduling / code generation), never when they are made."""
+
+    flexible = False
+
     def __init__(self, name, layout: FixedLayout):
         self.name, self.layout = name, layout
         self.dtype, self.device = layout.dtype, layout.device
@@ -131,11 +159,16 @@ class Buffer(IRNode):
     def get_size(self):
         return self.layout.size
 
-    def make_loader(self):
-        name, layout = self.name, self.layout
+    def freeze_layout(self):
+        self.flexible = False
 
+    def set_layout(self, layout: FixedLayout):
+        assert self.flexible and layout.size == self.layout.size and layout.dtype == self.dtype, (self, layout)
+        self.layout = layout
+
+    def make_loader(self):
         def loader(index):
-            return ops.load(name, layout.index(index))
+            return ops.load(self.name, self.layout.index(index))
         return loader
 
     def __repr__(self):
@@ -167,6 +200,7 @@ class ExternBuffer(Buffer):
 
 class ReinterpretView(IRNode):
     def __init__(self, data: Buffer, layout: FixedLayout):
+        data.freeze_layout()      # the view's strides were computed from the base's layout
         self.data, self.layout = data, layout
         self.dtype, self.device = layout.dtype, layout.device
 

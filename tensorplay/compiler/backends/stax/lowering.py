@@ -65,6 +65,7 @@ class GraphLowering:
             size = d.get_size()
             layout = FixedLayout(d.dtype, d.device, tuple(size), contiguous_strides(size), 0)
             buf = ComputedBuffer(self.new_name(), layout, d)
+            buf.flexible = True
             self.buffers.append(buf)
             box.data = buf
         return box.data
@@ -105,6 +106,7 @@ class GraphLowering:
                     box = self.env[o]
                     if isinstance(box.data, Loops):
                         self.realize(box)
+                    _take_eager_strides(box.data, o.meta.get("val") if hasattr(o, "meta") else None)
                     self.outputs.append(box.data)
         return self
 
@@ -171,6 +173,29 @@ class GraphLowering:
         if isinstance(v, TensorBox):
             return self.realize(v)
         return v
+
+
+def _take_eager_strides(buf, val):
+    """Outputs keep eager's strides (``x.t().exp()`` is column-major in eager, so it is here): a
+    flexible buffer takes the meta value's strides when they are dense and non-overlapping."""
+    if not (getattr(buf, "flexible", False) and isinstance(val, torch.Tensor)):
+        return
+    stride = tuple(val.stride())
+    if stride == buf.layout.stride or not _dense(val.shape, stride):
+        return
+    buf.set_layout(FixedLayout(buf.layout.dtype, buf.layout.device, buf.layout.size, stride, 0))
+    buf.freeze_layout()
+
+
+def _dense(size, stride) -> bool:
+    """Is (size, stride) a permutation of a contiguous layout (size-1 dims ignored)?"""
+    dims = sorted((s, n) for n, s in zip(size, stride) if n != 1)
+    acc = 1
+    for s, n in dims:
+        if s != acc:
+            return False
+        acc *= n
+    return True
 
 
 def _layout_of_meta(v) -> FixedLayout:

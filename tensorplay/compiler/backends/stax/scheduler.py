@@ -242,6 +242,8 @@ class Scheduler:
                 break
             _, g1, g2 = best
             self._merge(g1, g2)
+        self.program_order = list(self.groups)
+        self.groups = self.memory_order()
         return self
 
     def _merge(self, g1, g2):
@@ -273,6 +275,70 @@ class Scheduler:
             else:
                 raise RuntimeError("scheduler: cycle between fused groups (Prop. 7.1 violated)")
         self.groups = order
+
+    # -- kernel order (§7.5) ------------------------------------------------------------------------
+    def _live_model(self):
+        """(bytes each group allocates, readers of each materialised intermediate)."""
+        local = set()
+        for g in self.groups:
+            local |= self.local_buffers(g)
+        readers = {}
+        for g in self.groups:
+            for name in g.reads:
+                readers.setdefault(name, []).append(g)
+        alloc = {id(g): sum(self.buffer_bytes(n) for n in g.writes if n not in local) for g in self.groups}
+        return alloc, readers
+
+    def peak_bytes(self, order=None) -> int:
+        """Peak of live intermediate bytes when the groups run in ``order`` (default: the
+        schedule): a buffer is live from its writer to its last reader; outputs stay live."""
+        order = self.groups if order is None else order
+        alloc, readers = self._live_model()
+        pos = {id(g): i for i, g in enumerate(order)}
+        frees = {}
+        for g in order:
+            for n in g.writes:
+                rs = readers.get(n, [])
+                if n in self.output_names or not rs or alloc[id(g)] == 0:
+                    continue
+                frees.setdefault(max(pos[id(r)] for r in rs), []).append(self.buffer_bytes(n))
+        live = peak = 0
+        for i, g in enumerate(order):
+            live += alloc[id(g)]
+            peak = max(peak, live)
+            live -= sum(frees.get(i, ()))
+        return peak
+
+    def memory_order(self):
+        """A topological order of the groups that keeps live memory low: among the groups whose
+        inputs are ready, run the one with the smallest (bytes it allocates - bytes it frees),
+        ties broken by program order.  A greedy list schedule — optimal orders are NP-hard in
+        general; the greedy one never does worse than program order on chains, and runs a
+        consumer as soon as it frees a large producer (two independent matmul branches: the first
+        branch's reduction runs before the second matmul)."""
+        alloc, readers = self._live_model()
+        writer = {n: g for g in self.groups for n in g.writes}
+        preds = {id(g): {id(writer[n]) for n in g.reads if n in writer and writer[n] is not g} for g in self.groups}
+        remaining = {n: len(rs) for n, rs in readers.items()}
+        done, order = set(), []
+        pending = sorted(self.groups, key=lambda g: g.order)
+        while pending:
+            ready = [g for g in pending if preds[id(g)] <= done]
+            if not ready:
+                raise RuntimeError("scheduler: cycle between fused groups (Prop. 7.1 violated)")
+
+            def net(g):
+                freed = sum(self.buffer_bytes(n) for n in g.reads
+                            if n in writer and remaining.get(n) == 1 and n not in self.output_names)
+                return (alloc[id(g)] - freed, g.order)
+            g = min(ready, key=net)
+            for n in g.reads:
+                if n in remaining:
+                    remaining[n] -= 1
+            order.append(g)
+            done.add(id(g))
+            pending.remove(g)
+        return order
 
     def kernel_sig(self, g):
         """The final (outer, inner) split of a group's iteration space."""

@@ -383,3 +383,22 @@ def test_eager_backend_scalar_hoisting_is_bit_exact(dtype):
     for _ in range(2):
         for a, b in zip(cf(x), f(x)):
             assert_close(a, b, exact=True)
+
+
+def test_module_in_closure_parameters_are_free_inputs_not_constants():
+    # regression: a module reached through a closure had its parameters frozen as constants, so
+    # later calls lost autograd and missed in-place updates
+    m = tp.nn.Linear(8, 4)
+    cf = tp.compile(lambda x: m(x).sum(), backend="eager")
+    x = tp.randn(3, 8)
+    for _ in range(3):
+        cf(x).backward()
+    assert torch.allclose(m.weight.grad._data, 3 * x._data.sum(0).expand(4, 8), rtol=1e-5)
+    with tp.no_grad():
+        m.weight.mul_(0.5)
+    assert torch.allclose(cf(x)._data, (x._data @ m.weight._data.t() + m.bias._data).sum(), rtol=1e-5)
+    hidden = [tp.randn(4, requires_grad=True)]           # reachable only through a list
+    cg = tp.compile(lambda x: (x * hidden[0]).sum(), backend="eager")
+    for _ in range(2):
+        cg(x[:, :4]).backward()
+    assert torch.allclose(hidden[0].grad._data, 2 * x._data[:, :4].sum(0), rtol=1e-5)

@@ -80,12 +80,10 @@ def convert_gate(kind, tensor):
 def find_sources(fn, module=None) -> dict:
     """id(tensor) -> (description, getter) for tensors reachable from fn's closure, globals and
     the module's parameters/buffers."""
+    from ...nn import Module
     src = {}
     if module is not None:
-        for kind, items in (("parameter", module.named_parameters()), ("buffer", module.named_buffers())):
-            for qual, t in items:
-                path = qual.split(".")
-                src[id(t)] = (f"self.{qual}", _attr_getter(module, path))
+        _module_sources(src, module, "self", lambda m=module: m)
     f = fn.__func__ if isinstance(fn, types.MethodType) else fn
     code = getattr(f, "__code__", None)
     if code is not None:
@@ -96,12 +94,26 @@ def find_sources(fn, module=None) -> dict:
                 continue
             if isinstance(v, Tensor) and id(v) not in src:
                 src[id(v)] = (f"closure '{name}'", (lambda c=cell: c.cell_contents))
+            elif isinstance(v, Module):
+                _module_sources(src, v, f"closure '{name}'", lambda c=cell: c.cell_contents)
         g = getattr(f, "__globals__", {})
         for name in code.co_names:
             v = g.get(name)
             if isinstance(v, Tensor) and id(v) not in src:
                 src[id(v)] = (f"global '{name}'", (lambda gl=g, n=name: gl[n]))
+            elif isinstance(v, Module):
+                _module_sources(src, v, f"global '{name}'", lambda gl=g, n=name: gl[n])
     return src
+
+
+def _module_sources(src, module, desc, get_module):
+    """Parameters and buffers of a module reachable as ``desc`` (re-read through ``get_module``
+    on every call, so replaced or updated parameters are never stale)."""
+    for items in (module.named_parameters(), module.named_buffers()):
+        for qual, t in items:
+            if id(t) not in src:
+                path = qual.split(".")
+                src[id(t)] = (f"{desc}.{qual}", lambda p=path: _attr_getter(get_module(), p)())
 
 
 def _attr_getter(root, path):
@@ -155,6 +167,14 @@ class Tracer:
         self._proxies.append(weakref_ref(p))
         return p
 
+    def _free_placeholder(self, name):
+        """A placeholder for a lifted free tensor, after the existing placeholders."""
+        first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
+        if first is None:
+            return self.graph.placeholder(name)
+        with self.graph.inserting_before(first):
+            return self.graph.placeholder(name)
+
     def node_of(self, t):
         """The graph node for a tensor argument, lifting non-proxies."""
         if isinstance(t, Proxy) and t._tracer is self:
@@ -167,14 +187,15 @@ class Tracer:
         src = self.sources.get(key)
         if src is not None:
             desc, get = src
-            first = next((n for n in self.graph.nodes if n.op != "placeholder"), None)
             name = "free_" + desc.replace("self.", "").replace("'", "").replace("global ", "").replace("closure ", "")
-            if first is None:
-                node = self.graph.placeholder(name)
-            else:
-                with self.graph.inserting_before(first):
-                    node = self.graph.placeholder(name)
+            node = self._free_placeholder(name)
             self.free.append(FreeTensor(desc, get, t))
+        elif t.requires_grad:
+            # reachable some other way (a list, an attribute of an object): never freeze a tensor
+            # that takes part in autograd into a constant — re-read the same object every call
+            name = f"free_tensor_{len(self.free)}"
+            node = self._free_placeholder(name)
+            self.free.append(FreeTensor(f"a free tensor that requires grad ({name})", lambda t=t: t, t))
         else:
             # a constant: snapshot its value now — the capture run may still mutate it in place
             attr = f"const_{len(self.constants)}"

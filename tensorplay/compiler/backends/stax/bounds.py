@@ -1,12 +1,26 @@
-"""Interval analysis of index expressions (chapter §6.8, Prop. 6.4).
+"""Interval analysis of index expressions (chapter §6.8, Prop. 6.4), masks and checked indices.
 
-Every index the generated code computes is an affine expression in loop variables whose ranges
-are known (``0 <= v < n``).  Interval arithmetic over such expressions is exact for affine forms
-(the extreme values are attained at the corners of the box), hence sound:
+Every index the generated code computes is an expression in loop variables whose ranges are known
+(``0 <= v < n``).  Interval arithmetic over such expressions is exact for affine forms (the extreme
+values are attained at the corners of the box), hence sound; ``Mod(a, q)`` and ``floor(a / q)``
+(repeat, tile, roll with ``dims=None``) are bounded from the interval of ``a`` and are only
+accepted when ``a >= 0`` is proved (the C++ printer uses truncating ``%`` and ``/``):
 
 * **bounds checks are proved, not emitted**: every load and store of a kernel is checked at
   compile time to stay inside its buffer's storage (``check_access``); an access that cannot be
   proved in range makes the kernel Unsupported (a fallback) instead of risking a bad access;
+* **masked loads** (``ops.masked``: pad, cat, roll, ...): a load inside a masked body only has to be
+  in range where the mask holds.  :class:`AccessRecorder` evaluates a compute function
+  symbolically, so a mask built from comparisons of ``index_expr``s with constants is a sympy
+  condition; every conjunct that is affine in ONE loop variable clamps that variable's range
+  (``refine``).  A mask it cannot read clamps nothing (the access must then be provable without
+  it, else fallback) — an unchecked access is never emitted;
+* **indirect (data-dependent) indices** (gather, index_select, embedding, ``x[idx]``): the loaded
+  index value is checked *in the kernel* (``ops.indirect_indexing``: negative values wrap where torch
+  wraps; a value outside ``[0, size)`` is reported and the lane reads index 0), so in index
+  expressions it is the atom :class:`IndirectIndex` with the range ``[0, size - 1]``.  A bad index
+  is reported with ``tp_report_error`` (stax_kernel.h, the kernels' run-time error slot); the
+  kernel's Python call raises it as an ``IndexError`` naming the op, the index value and the size;
 * **index width**: if every index of a kernel fits in [-2^31, 2^31), its loop variables and index
   arithmetic use ``int32_t`` (``index_type``), otherwise ``int64_t``.
 """
@@ -18,7 +32,7 @@ import sympy
 
 from .ir import Unsupported
 
-__all__ = ["Interval", "bound", "check_access", "index_type"]
+__all__ = ["Interval", "bound", "check_access", "index_type", "IndirectIndex", "AccessRecorder", "refine"]
 
 INT32 = (-(2 ** 31), 2 ** 31 - 1)
 
@@ -39,6 +53,29 @@ class Interval:
         return lo <= self.lo and self.hi <= hi
 
 
+class IndirectIndex(sympy.Function):
+    """``IndirectIndex(tag, size)``: an index loaded from data and checked in the kernel to lie in
+    ``[0, size)``.  ``tag`` names the checked value inside one kernel body (the C++ handler maps it
+    to a variable); it has no free symbols, so it is a constant for d/dx and loop merging."""
+    is_integer = True
+    nargs = 2
+
+
+def _fraction(e):
+    """``e`` as (integer-coefficient numerator, positive int denominator)."""
+    num, den = sympy.fraction(sympy.together(e))
+    if not den.is_Integer or int(den) <= 0:
+        raise Unsupported(f"index division by a non-constant in {e}")
+    return sympy.expand(num), int(den)
+
+
+def _nonneg(e, ranges, what) -> Interval:
+    iv = bound(e, ranges)
+    if iv.lo < 0:
+        raise Unsupported(f"cannot prove the argument of {what} non-negative (interval [{iv.lo}, {iv.hi}])")
+    return iv
+
+
 def bound(expr, ranges: dict) -> Interval:
     """Interval of ``expr`` when each symbol ``v`` ranges over ``ranges[v] = (lo, hi)``."""
     e = sympy.sympify(expr)
@@ -49,6 +86,8 @@ def bound(expr, ranges: dict) -> Interval:
             raise Unsupported(f"index variable {e} has no known range")
         lo, hi = ranges[e]
         return Interval(lo, hi)
+    if isinstance(e, IndirectIndex):
+        return Interval(0, max(int(e.args[1]) - 1, 0))
     if e.is_Add:
         out = Interval(0, 0)
         for a in e.args:
@@ -57,13 +96,74 @@ def bound(expr, ranges: dict) -> Interval:
     if e.is_Mul:
         out = Interval(1, 1)
         for a in e.args:
+            if a.is_Rational and not a.is_Integer:
+                raise Unsupported(f"fractional index {e}")
             out = out * bound(a, ranges)
         return out
+    if isinstance(e, sympy.Mod):
+        a, q = e.args
+        if not q.is_Integer or int(q) <= 0:
+            raise Unsupported(f"Mod by a non-constant in {e}")
+        iv = _nonneg(a, ranges, e)
+        return iv if iv.hi < int(q) else Interval(0, int(q) - 1)
+    if isinstance(e, sympy.floor):
+        num, den = _fraction(e.args[0])
+        iv = _nonneg(num, ranges, e)
+        return Interval(iv.lo // den, iv.hi // den)
     raise Unsupported(f"no interval rule for {e}")
 
 
-def check_access(name, expr, ranges, extent):
-    """Prove ``0 <= expr < extent`` for every point of the iteration space (empty spaces pass)."""
+def refine(ranges: dict, cond) -> dict:
+    """Clamp variable ranges with a mask condition (a sympy boolean, or None = unknown): every
+    conjunct ``c*v + k  <op>  0`` in a single variable tightens ``v``; other conjuncts are ignored
+    (sound: ignoring a condition only widens the ranges)."""
+    if cond is None or cond is sympy.true:
+        return ranges
+    out = dict(ranges)
+    if cond is sympy.false:
+        return {v: (0, -1) for v in out} or {sympy.Symbol("_never"): (0, -1)}
+    atoms = cond.args if isinstance(cond, sympy.And) else (cond,)
+    for c in atoms:
+        if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=":
+            continue
+        e = sympy.expand(c.lhs - c.rhs)
+        free = [s for s in e.free_symbols if s in out]
+        if len(free) != 1 or e.free_symbols - set(free) or e.atoms(sympy.Function):
+            continue
+        v = free[0]
+        a = e.coeff(v)
+        k = sympy.expand(e - a * v)
+        if not (a.is_Integer and k.is_Integer) or a == 0:
+            continue
+        a, k = int(a), int(k)
+        lo, hi = out[v]
+        # a*v + k  op  0  over the integers
+        op = c.rel_op
+        if op in ("<", ">"):   # strict -> non-strict
+            k, op = (k + 1, "<=") if op == "<" else (k - 1, ">=")
+        if op == "==":
+            if k % a:
+                lo, hi = 0, -1
+            else:
+                lo, hi = max(lo, -k // a), min(hi, -k // a)
+        elif op == "<=":
+            if a > 0:
+                hi = min(hi, (-k) // a)            # v <= floor(-k / a)
+            else:
+                lo = max(lo, -((-k) // -a))        # v >= ceil(k / |a|)
+        else:   # ">="
+            if a > 0:
+                lo = max(lo, -(k // a))            # v >= ceil(-k / a)
+            else:
+                hi = min(hi, k // -a)              # v <= floor(k / |a|)
+        out[v] = (lo, hi)
+    return out
+
+
+def check_access(name, expr, ranges, extent, cond=None):
+    """Prove ``0 <= expr < extent`` for every point of the iteration space where ``cond`` (a mask
+    condition, see :func:`refine`) holds; empty spaces pass."""
+    ranges = refine(ranges, cond)
     if extent == 0 or any(hi < lo for lo, hi in ranges.values()):
         return
     iv = bound(expr, ranges)
@@ -73,3 +173,95 @@ def check_access(name, expr, ranges, extent):
 
 def index_type(intervals) -> str:
     return "int32_t" if all(iv.within(*INT32) for iv in intervals) else "int64_t"
+
+
+# ---- symbolic evaluation of a compute function: loads, masks, index expressions ----------------------
+class _Opaque:
+    """A value the recorder does not track (data)."""
+
+
+OPAQUE = _Opaque()
+_REL = {"lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge, "eq": sympy.Eq, "ne": sympy.Ne}
+
+
+def _is_expr(v):
+    return isinstance(v, sympy.Expr)
+
+
+def _is_bool(v):
+    return isinstance(v, sympy.logic.boolalg.Boolean)
+
+
+class AccessRecorder:
+    """An ``ops`` handler that records every load as ``(buffer, index, condition)`` — the condition
+    is the conjunction of the enclosing masks (None if one of them is not a readable sympy
+    condition) — and every ``index_expr`` expression (they constrain loop merging).  Index-valued
+    ops (index_expr, integer constants, + - * and comparisons of them) are evaluated as sympy."""
+
+    def __init__(self):
+        self.loads = []
+        self.index_exprs = []
+        self._conds = []
+
+    def _cond(self):
+        if any(c is None for c in self._conds):
+            return None
+        return sympy.And(*self._conds) if self._conds else None
+
+    def load(self, name, index):
+        self.loads.append((name, sympy.expand(index), self._cond()))
+        return OPAQUE
+
+    def index_expr(self, expr, dtype):
+        e = sympy.expand(sympy.sympify(expr))
+        self.index_exprs.append(e)
+        return e
+
+    def constant(self, value, dtype):
+        try:
+            f = float(value)
+        except (TypeError, ValueError):
+            return OPAQUE
+        return sympy.Integer(int(f)) if f == f and abs(f) != float("inf") and f == int(f) else OPAQUE
+
+    def to_dtype(self, x, dtype, src_dtype=None):
+        return x
+
+    def masked(self, mask, body, other):
+        self._conds.append(mask if _is_bool(mask) else None)
+        try:
+            body()
+        finally:
+            self._conds.pop()
+        return OPAQUE
+
+    def indirect_indexing(self, value, size, wrap_negative=False, check=None):
+        return 0
+
+    def add(self, a, b):
+        return a + b if _is_expr(a) and _is_expr(b) else OPAQUE
+
+    def sub(self, a, b):
+        return a - b if _is_expr(a) and _is_expr(b) else OPAQUE
+
+    def mul(self, a, b):
+        return a * b if _is_expr(a) and _is_expr(b) else OPAQUE
+
+    def logical_and(self, a, b):
+        return sympy.And(a, b) if _is_bool(a) and _is_bool(b) else OPAQUE
+
+    def __getattr__(self, name):
+        from .ops_handler import OPS_NAMES
+        if name in _REL:
+            return lambda a, b: _REL[name](a, b) if _is_expr(a) and _is_expr(b) else OPAQUE
+        if name not in OPS_NAMES:
+            raise AttributeError(name)
+        return lambda *a, **k: OPAQUE
+
+
+def record_accesses(fn, *args):
+    from .ops_handler import set_handler
+    rec = AccessRecorder()
+    with set_handler(rec):
+        fn(*args)
+    return rec

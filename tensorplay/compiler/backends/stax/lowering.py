@@ -20,6 +20,7 @@ from __future__ import annotations
 import operator
 import os
 import sys
+import types
 
 import torch
 
@@ -154,9 +155,11 @@ class GraphLowering:
             raise Unsupported(f"in-place op {name} left after functionalisation")
         if isinstance(val, (tuple, list)):
             outs = []
+            shared = types.SimpleNamespace(var=None)   # one call for all outputs: a random op draws once
             for i, v in enumerate(val):
                 if hasattr(v, "shape"):
                     buf = ExternBuffer(self.new_name(), _layout_of_meta(v), d, args, kind, reason, index=i)
+                    buf.shared = shared
                     self.buffers.append(buf)
                     outs.append(TensorBox(buf))
                 else:

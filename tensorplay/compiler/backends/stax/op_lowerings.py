@@ -11,13 +11,18 @@ TensorBox (or a tuple of them).  Most rules are made by two helpers:
 
       register_lowering("relu")(pointwise(lambda x: ops.maximum(x, ops.constant(0, cdt()))))
 
-* ``reduction(type)`` — sum/prod/amax/... over ``dim`` with ``keepdim``.
+* ``reduction(type)`` — sum/prod/amax/... over ``dim`` with ``keepdim``; ``make_reduction`` (one
+  result, optionally of a transformed input: nansum, norm, count_nonzero) and
+  ``make_multi_reduction`` (the results of one argmax/argmin/welford accumulator: max_dim's values
+  and indices, var_mean's m2 and mean).  median/mode/kthvalue stay fallbacks (sort-like).
 
 Views of unrealized values remap indices (permute, transpose, expand, slicing with step, select,
 unsqueeze/squeeze: affine maps, Prop. 6.2); views of buffers become ReinterpretViews with strides
 computed by the op's own kernel on a meta tensor; reshape of an unrealized value materialises it
-first (a reshape of a contiguous buffer is free).  matmul/mm/bmm/addmm/linear/conv are extern
-kernels; anything without a rule is a fallback kernel.
+first (a reshape of a contiguous buffer is free).  Copying shape ops (pad, cat, stack, roll,
+repeat, tile, tril/triu) and integer-tensor indexing (gather, index_select, embedding, ``x[idx]``,
+...) are index maps too: masked loads and checked indirect loads (bounds.py).
+matmul/mm/bmm/addmm/linear/conv are extern kernels; anything without a rule is a fallback kernel.
 """
 from __future__ import annotations
 
@@ -42,11 +47,17 @@ class V:
 
 class _CDT:
     dtype = None
+    op = None
 
 
 def cdt():
     """The compute dtype of the pointwise op being generated (for ``ops.constant``)."""
     return _CDT.dtype
+
+
+def current_op():
+    """The op-table name of the pointwise op being generated (error messages of kernels)."""
+    return _CDT.op
 
 
 def register_lowering(*names):
@@ -124,12 +135,12 @@ def pointwise(compute, *, compute_dtype=None, tensors=None):
                 else:
                     v = ld(index)
                     vals.append(v if dt == cd else ops.to_dtype(v, cd))
-            prev = _CDT.dtype
-            _CDT.dtype = cd
+            prev = _CDT.dtype, _CDT.op
+            _CDT.dtype, _CDT.op = cd, op.name
             try:
                 r = compute(*vals, *params)
             finally:
-                _CDT.dtype = prev
+                _CDT.dtype, _CDT.op = prev
             return r if cd == out.dtype else ops.to_dtype(r, out.dtype)
         return TensorBox(Pointwise(out.dtype, _device(args, out), shape, inner_fn))
     rule.compute = compute
@@ -166,8 +177,9 @@ def _div(a, b, rounding_mode):
     if rounding_mode == "trunc":
         if out.dtype.is_floating_point:
             return pointwise(lambda x, y, _r: ops.trunc(ops.truediv(x, y)))(a, b, rounding_mode)
-        raise Unsupported("integer trunc division")
-    raise Unsupported("floor division (integer division by zero must raise, as in eager)")
+        # integers: C division; a zero divisor makes the kernel raise ZeroDivisionError (as eager)
+        return pointwise(lambda x, y, _r: ops.truncdiv(x, y))(a, b, rounding_mode)
+    return pointwise(lambda x, y, _r: ops.floordiv(x, y))(a, b, rounding_mode)
 
 
 for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
@@ -190,18 +202,19 @@ register_lowering("relu")(pointwise(lambda a: ops.maximum(a, _c(0))))
 register_lowering("sign")(pointwise(lambda a: ops.sign(a)))
 
 
+# pow(tensor, number) on floats: the exponents ATen special-cases (pow_tensor_scalar_optimized),
+# computed the same way; anything else is tp::pow (std::pow per lane, integers by squaring with
+# torch's rules for negative exponents: 1, +-1 or 0)
+_POW_SPECIAL = {2: lambda x: ops.mul(x, x), 3: lambda x: ops.mul(ops.mul(x, x), x), 1: lambda x: x,
+                0.5: lambda x: ops.sqrt(x), -0.5: lambda x: ops.rsqrt(x), -1: lambda x: ops.reciprocal(x),
+                -2: lambda x: ops.reciprocal(ops.mul(x, x))}
+
+
 @register_lowering("pow")
 def _pow(a, b):
-    if not isinstance(b, (int, float)) or not _out_val().dtype.is_floating_point:
-        if isinstance(b, TensorBox) and _out_val().dtype.is_floating_point:
-            return pointwise(lambda x, y: ops.pow(x, y))(a, b)
-        raise Unsupported("pow with this exponent/dtype")
-    if b == 2:
-        return pointwise(lambda x, _e: ops.mul(x, x))(a, b)
-    if b == 1:
-        return pointwise(lambda x, _e: x)(a, b)
-    if b == 0.5:
-        return pointwise(lambda x, _e: ops.sqrt(x))(a, b)
+    if isinstance(a, TensorBox) and isinstance(b, (int, float)) and not isinstance(b, bool) \
+            and _out_val().dtype.is_floating_point and b in _POW_SPECIAL:
+        return pointwise(lambda x, _e: _POW_SPECIAL[b](x))(a, b)
     return pointwise(lambda x, e: ops.pow(x, e))(a, b)
 
 
@@ -287,6 +300,143 @@ def _addcmul(s, t1, t2, value=1):
 @register_lowering("addcdiv")
 def _addcdiv(s, t1, t2, value=1):
     return pointwise(lambda a, b, c, v: ops.add(a, ops.mul(_c(v), ops.truediv(b, c))))(s, t1, t2, value)
+
+
+# ---- the rest of the pointwise table: rounding divisions, powers, inverse trig, predicates ------------
+# Integer floor_divide/remainder/fmod (and div with a rounding mode) by zero: the kernel reports
+# ZeroDivisionError naming the op (codegen/cpp.py), as eager raises it.
+register_lowering("floor_divide")(pointwise(lambda a, b: ops.floordiv(a, b)))
+register_lowering("remainder")(pointwise(lambda a, b: ops.remainder(a, b)))
+register_lowering("fmod")(pointwise(lambda a, b: ops.fmod(a, b)))
+register_lowering("float_power")(pointwise(lambda a, b: ops.pow(a, b)))   # computed in float64
+register_lowering("rsub")(pointwise(lambda a, b, alpha: ops.sub(b, a) if alpha == 1 else ops.sub(b, ops.mul(a, _c(alpha)))))
+for _name in ("asin", "acos", "atan", "sinh", "cosh"):
+    register_lowering(_name)(pointwise((lambda n: lambda a: getattr(ops, n)(a))(_name)))
+for _name in ("atan2", "hypot", "bitwise_left_shift", "bitwise_right_shift"):
+    register_lowering(_name)(pointwise((lambda n: lambda a, b: getattr(ops, n)(a, b))(_name)))
+register_lowering("frac")(pointwise(lambda a: ops.sub(a, ops.trunc(a))))
+
+
+def _fmax_fmin(keep_a):
+    """torch.fmax/fmin: the other operand where one is NaN; ties (+0 vs -0) give the first."""
+    def f(a, b):
+        if not cdt().is_floating_point:
+            return ops.where(keep_a(a, b), a, b)
+        return ops.where(ops.logical_or(ops.isnan(b), keep_a(a, b)), a, b)
+    return f
+
+
+register_lowering("fmax")(pointwise(_fmax_fmin(lambda a, b: ops.ge(a, b))))
+register_lowering("fmin")(pointwise(_fmax_fmin(lambda a, b: ops.le(a, b))))
+
+
+@register_lowering("logit")
+def _logit(a, eps=None):
+    def f(x, e):
+        if e is not None:   # ATen: x clamped to [eps, 1 - eps], NaN kept
+            lo, hi = _c(e), ops.sub(_c(1), _c(e))
+            x = ops.where(ops.lt(x, lo), lo, ops.where(ops.gt(x, hi), hi, x))
+        return ops.log(ops.truediv(x, ops.sub(_c(1), x)))
+    return pointwise(f)(a, eps)
+
+
+register_lowering("isposinf")(pointwise(lambda a: ops.logical_and(ops.isinf(a), ops.gt(a, _c(0))), compute_dtype="promote"))
+register_lowering("isneginf")(pointwise(lambda a: ops.logical_and(ops.isinf(a), ops.lt(a, _c(0))), compute_dtype="promote"))
+
+
+@register_lowering("isclose")
+def _isclose(a, b, rtol=1e-05, atol=1e-08, equal_nan=False):
+    """ATen's isclose: a == b, or (equal_nan and both NaN), or |a - b| finite and
+    <= atol + |rtol * b|; integers subtract in their dtype (wrapping), bools in the default dtype."""
+    def f(x, y, rt, at, en):
+        cd = cdt()
+        close = ops.eq(x, y)
+        if en and cd.is_floating_point:
+            close = ops.logical_or(close, ops.logical_and(ops.isnan(x), ops.isnan(y)))
+        if rt == 0 and at == 0:
+            return close
+        ed = cd if cd.is_floating_point else torch.get_default_dtype()
+        if cd == torch.bool:
+            x, y, cd = ops.to_dtype(x, ed), ops.to_dtype(y, ed), ed
+        diff = ops.abs(ops.sub(x, y))
+        diff = diff if cd == ed else ops.to_dtype(diff, ed)
+        yf = y if cd == ed else ops.to_dtype(y, ed)
+        allowed = ops.add(ops.constant(at, ed), ops.abs(ops.mul(ops.constant(rt, ed), yf)))
+        finite = ops.logical_not(ops.logical_or(ops.isnan(diff), ops.isinf(diff)))
+        return ops.logical_or(close, ops.logical_and(finite, ops.le(diff, allowed)))
+    return pointwise(f, compute_dtype="promote")(a, b, rtol, atol, equal_nan)
+
+
+# ---- factories: Pointwise nodes of the index, so that their consumers fuse them ---------------------
+# (the random factories _rand, _randn, _randint, _randperm stay fallback kernels: ATen's generator)
+def _factory(value):
+    """A factory's output as ``value(index)`` over the output shape of the op's meta."""
+    out = _out_val()
+    return TensorBox(Pointwise(out.dtype, _device((), out), tuple(out.shape), value))
+
+
+@register_lowering("_zeros", "_ones", "_empty")
+def _zeros_ones(size, dtype=None, device=None):
+    v = 1 if _node().opdef.name == "_ones" else 0   # _empty: any value will do; zeros are cheapest
+    dt = _out_val().dtype
+    return _factory(lambda i: ops.constant(v, dt))
+
+
+@register_lowering("_full")
+def _full(size, fill_value, dtype=None, device=None):
+    dt = _out_val().dtype
+    return _factory(lambda i: ops.constant(fill_value, dt))
+
+
+@register_lowering("_arange")
+def _arange(start, end, step=1, dtype=None, device=None):
+    """ATen: start + step * i in the accumulation type (double for floats, int64 for integers,
+    where start and step are first truncated to integers)."""
+    dt = _out_val().dtype
+    acc = torch.float64 if dt.is_floating_point else torch.int64
+    if not dt.is_floating_point:
+        start, step = int(start), int(step)
+
+    def value(i):
+        v = ops.add(ops.constant(start, acc), ops.mul(ops.constant(step, acc), ops.index_expr(i[0], acc)))
+        return v if acc == dt else ops.to_dtype(v, dt)
+    return _factory(value)
+
+
+@register_lowering("_linspace")
+def _linspace(start, end, steps, dtype=None, device=None):
+    """ATen: step = (end - start) / (steps - 1); the first half counts up from start, the second
+    half down from end.  Floats compute in their own dtype, integers in double (truncated)."""
+    dt = _out_val().dtype
+    if steps <= 1:
+        return _factory(lambda i: ops.constant(start, dt))
+    if dt.is_floating_point:
+        cd = dt
+        s0, s1 = torch.tensor(start, dtype=dt), torch.tensor(end, dtype=dt)
+        step = ((s1 - s0) / (steps - 1)).item()
+        start, end = s0.item(), s1.item()
+    else:
+        cd = torch.float64
+        start, end = float(int(start)), float(int(end))
+        step = (end - start) / (steps - 1)
+    half = steps // 2
+
+    def value(i):
+        up = ops.add(ops.constant(start, cd), ops.mul(ops.constant(step, cd), ops.index_expr(i[0], cd)))
+        down = ops.sub(ops.constant(end, cd), ops.mul(ops.constant(step, cd), ops.index_expr(steps - 1 - i[0], cd)))
+        v = ops.where(ops.lt(ops.index_expr(i[0], torch.int64), ops.constant(half, torch.int64)), up, down)
+        return v if cd == dt else ops.to_dtype(v, dt)
+    return _factory(value)
+
+
+@register_lowering("_eye")
+def _eye(n, m=None, dtype=None, device=None):
+    dt = _out_val().dtype
+
+    def value(i):
+        d = ops.eq(ops.index_expr(i[0], torch.int64), ops.index_expr(i[1], torch.int64))
+        return d if dt == torch.bool else ops.to_dtype(d, dt)
+    return _factory(value)
 
 
 # ---- comparisons, logic, where, casts ---------------------------------------------------------------
@@ -532,6 +682,414 @@ def _as(x, other):
     return _view_rule(None)(x, other.get_size() if isinstance(other, TensorBox) else other)
 
 
+# ---- shape ops and indexing: masked loads, floor/Mod index maps, checked indirect loads ---------------
+# pad (all modes), cat, stack, roll and the regions of reflect/replicate/circular padding read their
+# input under ops.masked (a lane outside the mask never touches memory; bounds.py proves each load
+# in range where its mask holds).  repeat/tile (and roll with dims=None) are Mod/floor index maps.
+# index_select, gather, take_along_dim, embedding, index (integer tensors) and index_fill load their
+# indices and check them in the kernel (ops.indirect_indexing): a bad index raises IndexError after
+# the kernel, naming the op, the value and the size.  scatter, scatter_add, index_add, index_put
+# and masked_select (and `index` with a bool mask: a data-dependent shape) stay fallback kernels.
+def _ix(e):
+    return ops.index_expr(e, torch.int64)
+
+
+def _icmp(e, op, k):
+    """The bool value ``e <op> k`` (e: an index expression, k: an int) — a mask bounds.py reads."""
+    return getattr(ops, op)(_ix(e), ops.constant(int(k), torch.int64))
+
+
+def _and(a, b):
+    return b if a is None else (a if b is None else ops.logical_and(a, b))
+
+
+def _cast(v, src, dst):
+    return v if src == dst else ops.to_dtype(v, dst)
+
+
+def _at(idx, d, e):
+    j = list(idx)
+    j[d] = e
+    return j
+
+
+def _region(cond, body):
+    return body() if cond is None else ops.masked(cond, body, 0)
+
+
+def _pieces(i, parts, total):
+    """Select along one output index ``i`` in [0, total): ``parts`` = [(start, length, body)] in
+    order, contiguous; each body runs under the mask of its own range, the value of the later
+    parts being its ``other`` (a vector inside one range runs one body and no select)."""
+    v = None
+    for s, n, body in reversed(parts):
+        cond = _and(_icmp(i, "ge", s) if s > 0 else None, _icmp(i, "lt", s + n) if s + n < total else None)
+        v = _region(cond, body) if v is None else ops.masked(cond, body, v)
+    return v
+
+
+def _box(out, fn, device):
+    return TensorBox(Pointwise(out.dtype, device, tuple(out.shape), fn))
+
+
+@register_lowering("pad")
+def _pad(x, pad, mode="constant", value=None):
+    out = _out_val()
+    size = x.get_size()
+    nd = len(size)
+    pad = list(pad)
+    if len(pad) % 2 or len(pad) // 2 > nd:
+        raise Unsupported("pad: bad pad length (eager raises)")
+    ld = x.make_loader()
+    dims = [(nd - 1 - k, pad[2 * k], pad[2 * k + 1]) for k in range(len(pad) // 2)]
+    if mode == "constant":
+        fill = 0 if value is None else value
+
+        def f(idx):
+            cond = None
+            for d, lo, hi in dims:
+                if lo > 0:
+                    cond = _and(cond, _icmp(idx[d], "ge", lo))
+                if hi > 0:
+                    cond = _and(cond, _icmp(idx[d], "lt", lo + size[d]))
+            src = list(idx)
+            for d, lo, _ in dims:
+                src[d] = idx[d] - lo
+            return ld(src) if cond is None else ops.masked(cond, lambda: ld(src), fill)
+        return _box(out, f, x.device)
+    if mode not in ("reflect", "replicate", "circular"):
+        raise Unsupported(f"pad mode {mode!r}")
+    for d, lo, hi in dims:
+        n = size[d]
+        limit = {"reflect": n - 1, "replicate": None if n else -1, "circular": n}[mode]
+        if lo < 0 or hi < 0 or (limit is not None and max(lo, hi) > limit):
+            raise Unsupported(f"{mode} pad of {lo}, {hi} for a dim of size {n} (eager's rule)")
+
+    def pad_dim(inner, d, lo, hi):
+        n = size[d]
+
+        def f(idx):
+            i = idx[d]
+            src = {"reflect": (lo - i, 2 * (n - 1) + lo - i), "replicate": (sympy.Integer(0), sympy.Integer(n - 1)),
+                   "circular": (i - lo + n, i - lo - n)}[mode]
+            parts = [(0, lo, lambda: inner(_at(idx, d, src[0]))), (lo, n, lambda: inner(_at(idx, d, i - lo))),
+                     (lo + n, hi, lambda: inner(_at(idx, d, src[1])))]
+            return _pieces(i, [p for p in parts if p[1] > 0], lo + n + hi)
+        return f
+    for d, lo, hi in dims:
+        ld = pad_dim(ld, d, lo, hi)
+    return _box(out, ld, x.device)
+
+
+@register_lowering("cat", "stack")
+def _cat(tensors, dim=0):
+    """One kernel writes the output; input k is read under the mask of its own range of ``dim``."""
+    out = _out_val()
+    shape = tuple(out.shape)
+    if not all(isinstance(t, TensorBox) for t in tensors) or not shape:
+        raise Unsupported("cat of non-tensors / 0-d output")
+    stack = _node().opdef.name == "stack"
+    d = dim % len(shape)
+    parts, off = [], 0
+    for t in tensors:
+        ts = t.get_size()
+        if not stack and len(ts) == 1 and ts[0] == 0 and len(shape) != 1:
+            continue                      # legacy: empty 1-d inputs are skipped
+        n = 1 if stack else ts[d]
+        if n:
+            parts.append((off, n, t.make_loader(), t.dtype))
+        off += n
+    if off != shape[d]:
+        raise Unsupported("cat: the inputs do not add up to the output (eager raises)")
+
+    def f(idx):
+        i = idx[d]
+        if not parts:
+            return ops.constant(0, out.dtype)
+
+        def body(s, ld, dt):
+            j = idx[:d] + idx[d + 1:] if stack else _at(idx, d, i - s)
+            return lambda: _cast(ld(j), dt, out.dtype)
+        return _pieces(i, [(s, n, body(s, ld, dt)) for s, n, ld, dt in parts], shape[d])
+    return _box(out, f, tensors[0].device)
+
+
+@register_lowering("tril", "triu")
+def _tril(x, diagonal=0):
+    out = _out_val()
+    if len(x.get_size()) < 2:
+        raise Unsupported("tril/triu of a tensor with fewer than 2 dims (eager raises)")
+    ld = x.make_loader()
+    keep = "le" if _node().opdef.name == "tril" else "ge"
+    return _box(out, lambda idx: ops.where(_icmp(idx[-1] - idx[-2], keep, diagonal), ld(idx),
+                                           ops.constant(0, out.dtype)), x.device)
+
+
+def _int_list(v):
+    return [v] if isinstance(v, int) else list(v)
+
+
+@register_lowering("roll")
+def _roll(x, shifts, dims=None):
+    out = _out_val()
+    size = x.get_size()
+    ld = x.make_loader()
+    shifts = _int_list(shifts)
+    if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
+        if len(shifts) != 1:
+            raise Unsupported("roll without dims takes one shift (eager raises)")
+        numel = math.prod(size)
+        if numel == 0 or len(size) == 0:
+            return _box(out, ld, x.device)
+        s = shifts[0] % numel
+        cs = [math.prod(size[k + 1:]) for k in range(len(size))]
+
+        def flat(idx):   # out.flat[f] = x.flat[(f - s) mod numel]
+            g = sympy.Mod(sum(i * c for i, c in zip(idx, cs)) + (numel - s), numel)
+            return ld([sympy.Mod(sympy.floor(g / c), n) if n > 1 else sympy.Integer(0) for c, n in zip(cs, size)])
+        return _box(out, flat, x.device)
+    dims = _int_list(dims)
+    if len(dims) != len(shifts) or not size:
+        raise Unsupported("roll: shifts and dims differ in length (eager raises)")
+    for dd, sh in zip(dims, shifts):
+        d = dd % len(size)
+        n = size[d]
+        s = sh % n if n else 0
+        if s == 0:
+            continue
+
+        def rolled(inner, d, n, s):
+            def f(idx):
+                i = idx[d]
+                return _pieces(i, [(0, s, lambda: inner(_at(idx, d, i - s + n))),
+                                   (s, n - s, lambda: inner(_at(idx, d, i - s)))], n)
+            return f
+        ld = rolled(ld, d, n, s)
+    return _box(out, ld, x.device)
+
+
+def _tiled(x, reps, out):
+    size = x.get_size()
+    lead = len(reps) - len(size)
+    if lead < 0:
+        raise Unsupported("repeat with fewer repeats than dims (eager raises)")
+    ld = x.make_loader()
+
+    def f(idx):
+        src = []
+        for k, n in enumerate(size):
+            i = idx[lead + k]
+            src.append(sympy.Integer(0) if n == 1 else (i if reps[lead + k] == 1 else sympy.Mod(i, n)))
+        return ld(src)
+    return _box(out, f, x.device)
+
+
+@register_lowering("repeat")
+def _repeat(x, repeats):
+    return _tiled(x, list(repeats), _out_val())
+
+
+@register_lowering("tile")
+def _tile(x, dims):
+    dims = list(dims)
+    nd = len(x.get_size())
+    return _tiled(x, [1] * (nd - len(dims)) + dims, _out_val())
+
+
+# -- indirect loads ---------------------------------------------------------------------------------
+def _checked(value, size, op, dim, wrap=False, message=None):
+    """A loaded index as an index expression, checked in the kernel against [0, size)."""
+    from .bounds import IndirectIndex
+    msg = message or (f"IndexError: tp.{op}: index {{value}} is out of bounds for dimension {dim} "
+                      f"with size {size}")
+    return IndirectIndex(ops.indirect_indexing(value, size, wrap, msg), size)
+
+
+def _index_tensor(t, op):
+    if not isinstance(t, TensorBox) or t.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"{op}: the index must be an int32/int64 tensor")
+    return t
+
+
+def _dim_index(x, dim, index, op):
+    """index_select/index_fill: (x's size, dim, the index's loader taking a position k)."""
+    size = x.get_size()
+    _index_tensor(index, op)
+    if not size or len(index.get_size()) > 1:
+        raise Unsupported(f"{op} of a 0-d tensor or with a multi-dim index")
+    il, one = index.make_loader(), len(index.get_size()) == 1
+    return size, dim % len(size), lambda k: il([k] if one else [])
+
+
+@register_lowering("index_select")
+def _index_select(x, dim, index):
+    size, d, il = _dim_index(x, dim, index, "index_select")
+    xl = x.make_loader()
+    return _box(_out_val(), lambda idx: xl(_at(idx, d, _checked(il(idx[d]), size[d], "index_select", d))), x.device)
+
+
+@register_lowering("gather")
+def _gather(x, dim, index, sparse_grad=False):
+    out = _out_val()
+    size, isize = x.get_size(), _index_tensor(index, "gather").get_size()
+    if not size or len(size) != len(isize):
+        raise Unsupported("gather with 0-d or different-rank operands")
+    d = dim % len(size)
+    if any(isize[k] > size[k] for k in range(len(size)) if k != d):
+        raise Unsupported("gather: index larger than the input outside dim (eager raises)")
+    xl, il = x.make_loader(), index.make_loader()
+    return _box(out, lambda idx: xl(_at(idx, d, _checked(il(idx), size[d], "gather", d))), x.device)
+
+
+@register_lowering("take_along_dim")
+def _take_along_dim(x, indices, dim=None):
+    out = _out_val()
+    shape = tuple(out.shape)
+    size = x.get_size()
+    _index_tensor(indices, "take_along_dim")
+    xl = x.make_loader()
+    if dim is None:   # x.flatten()[indices.flatten()]
+        isize = indices.get_size()
+        il = indices.make_loader()
+        numel = math.prod(size)
+
+        def unflat(f, shp):
+            cs = [math.prod(shp[k + 1:]) for k in range(len(shp))]
+            return [sympy.Integer(0) if n == 1 else sympy.Mod(sympy.floor(f / c), n) for c, n in zip(cs, shp)]
+
+        def g(idx):
+            k = _checked(il(unflat(idx[0], isize)), numel, "take_along_dim", 0)
+            return xl(unflat(k, size))
+        return _box(out, g, x.device)
+    if len(size) != len(shape) or not size:
+        raise Unsupported("take_along_dim with different ranks")
+    d = dim % len(size)
+    il = broadcast_loader(indices, shape)
+
+    def f(idx):
+        src = [sympy.Integer(0) if size[k] == 1 else idx[k] for k in range(len(size))]
+        src[d] = _checked(il(idx), size[d], "take_along_dim", d)
+        return xl(src)
+    return _box(out, f, x.device)
+
+
+@register_lowering("embedding")
+def _embedding(weight, indices, padding_idx=-1, scale_grad_by_freq=False, sparse=False):
+    out = _out_val()
+    if len(weight.get_size()) != 2:
+        raise Unsupported("embedding with a weight that is not 2-d")
+    rows = weight.get_size()[0]
+    wl, il = weight.make_loader(), _index_tensor(indices, "embedding").make_loader()
+    msg = (f"IndexError: tp.embedding: index {{value}} is out of range for a weight of {rows} rows "
+           f"(valid: 0..{rows - 1})")
+    return _box(out, lambda idx: wl([_checked(il(idx[:-1]), rows, "embedding", 0, message=msg), idx[-1]]),
+                weight.device)
+
+
+@register_lowering("index")
+def _index(x, indices):
+    """Advanced indexing with integer tensors (and ints, slices, None, Ellipsis): the tensor
+    indices broadcast together; their dims replace the indexed dims in place when the advanced
+    indices are adjacent, else they come first (torch/numpy rule).  Negative indices wrap."""
+    out = _out_val()
+    size = x.get_size()
+    nd = len(size)
+    items = list(indices) if isinstance(indices, tuple) else [indices]
+    for it in items:
+        if isinstance(it, TensorBox):
+            if it.dtype not in (torch.int32, torch.int64):
+                raise Unsupported("index with a bool/uint8 mask (a data-dependent shape) or a float index")
+        elif not (it is None or it is Ellipsis or isinstance(it, slice) or
+                  (isinstance(it, int) and not isinstance(it, bool))):
+            raise Unsupported(f"index item {type(it).__name__}")
+    used = sum(1 for it in items if it is not None and it is not Ellipsis)
+    if Ellipsis in items:
+        p = items.index(Ellipsis)
+        items[p:p + 1] = [slice(None)] * (nd - used)
+    else:
+        items += [slice(None)] * (nd - used)
+    tens = [it for it in items if isinstance(it, TensorBox)]
+    if not tens or len(items) - items.count(None) != nd:
+        raise Unsupported("index without tensor indices / too many indices")
+    bshape = tuple(torch.broadcast_shapes(*[t.get_size() for t in tens]))
+    plan, d = [], 0          # ("basic", in dim or None, start, step, length) / ("adv", in dim, item)
+    for it in items:
+        if it is None:
+            plan.append(("basic", None, 0, 0, 1))
+        elif isinstance(it, slice):
+            start, stop, step = it.indices(size[d])
+            plan.append(("basic", d, start, step, len(range(start, stop, step))))
+            d += 1
+        else:
+            if isinstance(it, int) and not -size[d] <= it < size[d]:
+                raise Unsupported("index: an int index out of range (eager raises)")
+            plan.append(("adv", d, it))
+            d += 1
+    adv = [k for k, p in enumerate(plan) if p[0] == "adv"]
+    adjacent = adv == list(range(adv[0], adv[-1] + 1))
+    first = adv[0] if adjacent else 0
+    basic = [p for p in plan if p[0] == "basic"]
+    nb = sum(1 for p in plan[:first] if p[0] == "basic") if adjacent else 0
+    oshape = [p[4] for p in basic[:nb]] + list(bshape) + [p[4] for p in basic[nb:]]
+    if tuple(oshape) != tuple(out.shape):
+        raise Unsupported(f"index: shape rule mismatch {oshape} vs {list(out.shape)}")
+    xl = x.make_loader()
+    loaders = {id(t): broadcast_loader(t, bshape) for t in tens}
+
+    def f(idx):
+        bidx = list(idx[nb:nb + len(bshape)])
+        rest = list(idx[:nb]) + list(idx[nb + len(bshape):])
+        src, r = [None] * nd, iter(rest)
+        for p in plan:
+            if p[0] == "basic":
+                i = next(r)
+                if p[1] is not None:
+                    src[p[1]] = p[2] + p[3] * i
+            elif isinstance(p[2], int):
+                src[p[1]] = sympy.Integer(p[2] % size[p[1]])
+            else:
+                src[p[1]] = _checked(loaders[id(p[2])](bidx), size[p[1]], "index", p[1], wrap=True)
+        return xl(src)
+    return _box(out, f, x.device)
+
+
+@register_lowering("index_fill")
+def _index_fill(x, dim, index, value):
+    """out = where(hit[i_dim], value, x): ``hit`` (one bool per position of ``dim``) is an ``any``
+    reduction over the index entries, each checked (negative entries wrap, like eager)."""
+    out = _out_val()
+    size, d, il = _dim_index(x, dim, index, "index_fill")
+    n, k = size[d], math.prod(index.get_size())
+
+    def member(i, r):
+        j = _checked(il(r[0]), n, "index_fill", d, wrap=True)
+        return ops.eq(_ix(j), _ix(i[0]))
+    hit = _realize(TensorBox(Reduction(torch.bool, x.device, (n,), (k,), "any", member, torch.bool)))
+    hl, xl = hit.make_loader(), x.make_loader()
+    vl = value.make_loader() if isinstance(value, TensorBox) else None
+    vdt = value.dtype if vl is not None else None
+
+    def f(idx):
+        v = _cast(vl([]), vdt, out.dtype) if vl is not None else ops.constant(value, out.dtype)
+        return ops.where(hl([idx[d]]), v, xl(idx))
+    return _box(out, f, x.device)
+
+
+@register_lowering("one_hot")
+def _one_hot(x, num_classes=-1):
+    out = _out_val()
+    if num_classes < 0 or x.dtype != torch.int64:
+        raise Unsupported("one_hot with num_classes=-1 (a data-dependent shape) or a non-int64 input")
+    xl = x.make_loader()
+    msg = f"RuntimeError: tp.one_hot: class value {{value}} is out of range for num_classes={num_classes}"
+
+    def f(idx):
+        v = xl(idx[:-1])
+        ops.indirect_indexing(v, num_classes, False, msg)      # the check only
+        return ops.to_dtype(ops.eq(v, _ix(idx[-1])), torch.int64)
+    return _box(out, f, x.device)
+
+
 # ---- reductions -----------------------------------------------------------------------------------------
 def _norm_dims(dim, n):
     if dim is None or (isinstance(dim, (list, tuple)) and len(dim) == 0):
@@ -541,7 +1099,14 @@ def _norm_dims(dim, n):
     return sorted({d % n for d in dim}) if n else []
 
 
-def make_reduction(x: TensorBox, dims, keepdim, rtype, out_dtype, acc_dtype=None, transform=None):
+def _conv(v, src, dst):
+    return v if dst is None or src == dst else ops.to_dtype(v, dst)
+
+
+def _reduction_fn(x: TensorBox, dims, keepdim, acc, transform=None):
+    """(output ranges, reduction ranges, inner_fn) of a reduction of ``x`` over ``dims``; the
+    values are ``x`` converted to ``acc`` (None: left in their dtype), or ``transform(x)``, which
+    must return a value of dtype ``acc``."""
     in_size = x.get_size()
     n = len(in_size)
     dims = _norm_dims(dims, n)
@@ -549,8 +1114,6 @@ def make_reduction(x: TensorBox, dims, keepdim, rtype, out_dtype, acc_dtype=None
     out_ranges = [1 if d in dims else in_size[d] for d in range(n)] if keepdim else [in_size[d] for d in kept]
     rranges = [in_size[d] for d in dims]
     loader = x.make_loader()
-    src = x.dtype
-    acc = acc_dtype or out_dtype
 
     def inner_fn(index, rindex):
         full = [None] * n
@@ -564,12 +1127,34 @@ def make_reduction(x: TensorBox, dims, keepdim, rtype, out_dtype, acc_dtype=None
                 full[d] = index[k]
         v = loader(full)
         if transform is not None:
-            v = transform(v)
-        return v if src == acc or rtype in ("argmax", "argmin") else ops.to_dtype(v, acc)
-    red = Reduction(out_dtype, x.device, out_ranges, rranges, rtype, inner_fn, src)
-    if math.prod(rranges) == 0 and rtype in ("max", "min", "argmax", "argmin"):
-        raise Unsupported("max/min over an empty dimension (an error in eager)")
-    return TensorBox(red)
+            return transform(v)
+        return _conv(v, x.dtype, acc)
+    return out_ranges, rranges, inner_fn
+
+
+def _check_nonempty(x, rranges, rtype):
+    if math.prod(rranges) == 0:
+        # eager raises (IndexError/RuntimeError) -- the guard of the compiled call reaches here
+        # only with the same shapes, so the fallback raises eager's own error
+        raise Unsupported(f"{rtype} over an empty dimension (an error in eager)")
+
+
+def make_reduction(x: TensorBox, dims, keepdim, rtype, out_dtype, acc_dtype=None, transform=None):
+    acc = None if rtype in ("argmax", "argmin") else (acc_dtype or out_dtype)
+    out_ranges, rranges, inner_fn = _reduction_fn(x, dims, keepdim, acc, transform)
+    if rtype in ("max", "min", "argmax", "argmin"):
+        _check_nonempty(x, rranges, rtype)
+    return TensorBox(Reduction(out_dtype, x.device, out_ranges, rranges, rtype, inner_fn, x.dtype))
+
+
+def make_multi_reduction(x: TensorBox, dims, keepdim, rtype, dtypes, acc_dtype=None, transform=None):
+    """The outputs of one argmax/argmin/welford accumulator (``dtypes``: output name -> dtype),
+    realized: dict name -> TensorBox.  In one kernel they cost one pass and one accumulator."""
+    out_ranges, rranges, inner_fn = _reduction_fn(x, dims, keepdim, acc_dtype, transform)
+    if rtype in ("argmax", "argmin"):
+        _check_nonempty(x, rranges, rtype)
+    reds = Reduction.multi(dtypes, x.device, out_ranges, rranges, rtype, inner_fn, x.dtype)
+    return {o: _realize(TensorBox(r)) for o, r in reds.items()}
 
 
 def reduction(rtype):
@@ -595,7 +1180,87 @@ def _max_all(x):
 
 @register_lowering("argmax", "argmin")
 def _argmax(x, dim=None, keepdim=False):
-    raise Unsupported("argmax/argmin reductions are not generated natively yet")
+    """torch semantics: the first index of the extreme value, NaN the most extreme (first NaN
+    wins); dim=None: index into the flattened input."""
+    return make_reduction(x, dim, keepdim, _node().opdef.name, torch.int64)
+
+
+@register_lowering("max_dim", "min_dim")
+def _max_dim(x, dim, keepdim=False):
+    """(values, indices): both outputs of one argmax/argmin accumulator (one kernel, one pass)."""
+    rt = "argmax" if _node().opdef.name == "max_dim" else "argmin"
+    r = make_multi_reduction(x, dim, keepdim, rt, {"value": x.dtype, "index": torch.int64})
+    return r["value"], r["index"]
+
+
+@register_lowering("aminmax")
+def _aminmax(x, dim=None, keepdim=False):
+    """(min, max): two reductions of one input, fused horizontally into one kernel."""
+    return (_realize(make_reduction(x, dim, keepdim, "min", x.dtype)),
+            _realize(make_reduction(x, dim, keepdim, "max", x.dtype)))
+
+
+def _sum_of(x, dim, keepdim, dtype, transform):
+    return make_reduction(x, dim, keepdim, "sum", dtype, transform=transform)
+
+
+@register_lowering("nansum")
+def _nansum(x, dim=None, keepdim=False, dtype=None):
+    out = _out_val().dtype
+    if not x.dtype.is_floating_point:
+        return make_reduction(x, dim, keepdim, "sum", out)
+    return _sum_of(x, dim, keepdim, out, lambda v: (lambda c: ops.where(ops.isnan(c), ops.constant(0, out), c))(
+        _conv(v, x.dtype, out)))
+
+
+@register_lowering("nanmean")
+def _nanmean(x, dim=None, keepdim=False, dtype=None):
+    """sum of the non-NaN elements / their count (two reductions of x: one kernel)."""
+    out = _out_val().dtype
+    if not out.is_floating_point:
+        raise Unsupported("nanmean of integers (an error in eager)")
+    s = _realize(_nansum(x, dim, keepdim, out))
+    c = _realize(_sum_of(x, dim, keepdim, out, lambda v: ops.to_dtype(ops.logical_not(ops.isnan(v)), out)))
+    sl, cl = s.make_loader(), c.make_loader()
+    return TensorBox(Pointwise(out, x.device, s.get_size(), lambda i: ops.truediv(sl(i), cl(i))))
+
+
+@register_lowering("count_nonzero")
+def _count_nonzero(x, dim=None):
+    if x.dtype == torch.bool:
+        return _sum_of(x, dim, False, torch.int64, lambda v: ops.to_dtype(v, torch.int64))
+    return _sum_of(x, dim, False, torch.int64,
+                   lambda v: ops.to_dtype(ops.ne(v, ops.constant(0, x.dtype)), torch.int64))
+
+
+@register_lowering("norm")
+def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
+    """Vector p-norms: p = 2/'fro'/None sqrt(sum x^2), 1 sum |x|, inf/-inf amax/amin |x|, 0 the
+    count of non-zeros, other p (sum |x|^p)^(1/p).  Matrix norms ('nuc', ...) are not lowered."""
+    out = _out_val().dtype
+    if not out.is_floating_point:
+        raise Unsupported("norm of integers")
+    if isinstance(p, str) and p != "fro":
+        raise Unsupported(f"the {p!r} matrix norm")
+    p = 2.0 if p is None or p == "fro" else float(p)
+    if isinstance(dim, (list, tuple)) and len(dim) == 0:
+        dim = None
+
+    def absx(v):
+        return ops.abs(_conv(v, x.dtype, out))
+    if math.isinf(p):
+        return make_reduction(x, dim, keepdim, "max" if p > 0 else "min", out, transform=absx)
+    if p == 0:
+        return _sum_of(x, dim, keepdim, out, lambda v: ops.to_dtype(ops.ne(absx(v), ops.constant(0, out)), out))
+    if p == 1:
+        return _sum_of(x, dim, keepdim, out, absx)
+    if p == 2:
+        s = _realize(_sum_of(x, dim, keepdim, out, lambda v: (lambda a: ops.mul(a, a))(_conv(v, x.dtype, out))))
+        sl = s.make_loader()
+        return TensorBox(Pointwise(out, x.device, s.get_size(), lambda i: ops.sqrt(sl(i))))
+    s = _realize(_sum_of(x, dim, keepdim, out, lambda v: ops.pow(absx(v), ops.constant(p, out))))
+    sl = s.make_loader()
+    return TensorBox(Pointwise(out, x.device, s.get_size(), lambda i: ops.pow(sl(i), ops.constant(1.0 / p, out))))
 
 
 @register_lowering("any", "all")
@@ -628,9 +1293,37 @@ def _mean(x, dim=None, keepdim=False, dtype=None):
     return _div_by(s, n, out.dtype)
 
 
-def _var_parts(x, dim, correction, keepdim_out, dtype):
-    """Two-pass variance: mean, then the sum of squared deviations (exact within the error
-    model; the second pass reads the row from cache when fused)."""
+#: Welford state dtype per input dtype: float32 rows are accumulated in float64, like eager on CPU
+#: (the float32 state's error, ~kappa*u relative, would be far above eager's)
+WELFORD_ACC = {torch.float32: torch.float64}
+
+
+def _var_parts(x, dim, correction, keepdim_out, dtype, acc=None):
+    """Variance and mean in one pass: a ``welford`` reduction (mean, m2 per row; per-lane Welford
+    state, Chan combine across lanes and accumulators: cpp_prelude.h) and ``var = m2 / (n - c)``.
+    The error grows with kappa = sqrt(1 + mean^2/var), not kappa^2 (docs/stax.md, Numerics)."""
+    dims = _norm_dims(dim, len(x.get_size()))
+    n = math.prod(x.get_size()[d] for d in dims)
+    acc = acc or WELFORD_ACC.get(dtype, dtype)
+    w = make_multi_reduction(x, dims, keepdim_out, "welford", {"mean": acc, "m2": acc}, acc_dtype=acc)
+    denom = max(n - correction, 0)
+    m2l, ml = w["m2"].make_loader(), w["mean"].make_loader()
+    size = w["m2"].get_size()
+
+    def out(v):
+        return v if acc == dtype else ops.to_dtype(v, dtype)
+    var = TensorBox(Pointwise(dtype, x.device, size, lambda i: out(ops.truediv(m2l(i), ops.constant(float(denom), acc)))))
+    if n == 0:   # eager: the mean of nothing is NaN
+        mean = TensorBox(Pointwise(dtype, x.device, size, lambda i: ops.constant(math.nan, dtype)))
+    else:
+        mean = w["mean"] if acc == dtype else TensorBox(Pointwise(dtype, x.device, size, lambda i: out(ml(i))))
+    return var, mean
+
+
+def _var_parts_two_pass(x, dim, correction, keepdim_out, dtype):
+    """Two-pass variance: mean, then the sum of squared deviations (the second pass reads the row
+    from cache when fused).  layer_norm uses it: faster than Welford for rows in cache (no
+    division per element; docs/stax.md)."""
     n_in = len(x.get_size())
     dims = _norm_dims(dim, n_in)
     n = math.prod(x.get_size()[d] for d in dims)
@@ -644,8 +1337,17 @@ def _var_parts(x, dim, correction, keepdim_out, dtype):
     denom = max(n - correction, 0)
     var = TensorBox(Pointwise(dtype, x.device, ss.get_size(),
                               (lambda L: lambda i: ops.truediv(L(i), ops.constant(float(denom), dtype)))(ss.make_loader())))
-    mean_out = mean_k if keepdim_out else _div_by(_realize(make_reduction(x, dims, False, "sum", dtype)), n, dtype)
-    return var, mean_out
+    return var, mean_k
+
+
+def _welford_same_dtype(x, dim, correction, keepdim_out, dtype):
+    return _var_parts(x, dim, correction, keepdim_out, dtype, acc=dtype)
+
+
+#: row statistics of layer_norm: Welford in the input's dtype (one read of the row; eager's
+#: layer_norm also accumulates float32 rows in float32) or _var_parts_two_pass (sum, then squared
+#: deviations).  Measured equal or faster than two-pass for rows of 2048 (docs/stax.md, Numerics)
+LAYER_NORM_STATS = _welford_same_dtype
 
 
 def _correction(correction, unbiased):
@@ -782,16 +1484,19 @@ def _softmax(x, dim, dtype=None):
 
 @register_lowering("log_softmax")
 def _log_softmax(x, dim, dtype=None):
-    out = _out_val()
-    if not out.dtype.is_floating_point:
+    return _log_softmax_of(x, dim, _out_val().dtype)
+
+
+def _log_softmax_of(x, dim, dtype):
+    if not dtype.is_floating_point:
         raise Unsupported("log_softmax of integers")
     if math.prod(x.get_size()) == 0:
-        return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, out.dtype)))
-    src, shifted = _softmax_parts(x, dim, out.dtype)
-    e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
-    s = _realize(make_reduction(e, dim, True, "sum", out.dtype))
+        return TensorBox(Pointwise(dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, dtype)))
+    src, shifted = _softmax_parts(x, dim, dtype)
+    e = TensorBox(Pointwise(dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
+    s = _realize(make_reduction(e, dim, True, "sum", dtype))
     sl = broadcast_loader(s, x.get_size())
-    return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.sub(shifted(i), ops.log(sl(i)))))
+    return TensorBox(Pointwise(dtype, x.device, x.get_size(), lambda i: ops.sub(shifted(i), ops.log(sl(i)))))
 
 
 @register_lowering("layer_norm")
@@ -802,7 +1507,7 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     n = len(x.get_size())
     k = len(normalized_shape)
     dims = list(range(n - k, n))
-    var, mean = _var_parts(x, dims, 0, True, x.dtype)
+    var, mean = LAYER_NORM_STATS(x, dims, 0, True, x.dtype)
     vl, mlo = broadcast_loader(var, x.get_size()), broadcast_loader(mean, x.get_size())
     xl = x.make_loader()
     wl = broadcast_loader(weight, x.get_size()) if isinstance(weight, TensorBox) else None
@@ -840,11 +1545,247 @@ def _rms_norm(x, normalized_shape, weight=None, eps=None):
     return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), f))
 
 
+# ---- losses ---------------------------------------------------------------------------------------------
+# Elementwise losses are a Pointwise of (self, target) reduced like eager ('none' / 'sum' / 'mean');
+# nll_loss reads self at each sample's target class (an indirect load, checked in the kernel);
+# cross_entropy with class indices is log_softmax then nll_loss, one row pass each; nll_loss_backward
+# is a Pointwise (the target class of the row gets -weight·g, the others 0) — no scatter needed.
+def _loss_reduce(box, reduction, dtype):
+    if reduction == "none":
+        return box
+    if reduction not in ("sum", "mean"):
+        raise Unsupported(f"loss reduction {reduction!r}")
+    s = make_reduction(box, None, False, "sum", dtype)
+    if reduction == "sum":
+        return s
+    sl = _realize(s).make_loader()
+    n = math.prod(box.get_size())
+    return TensorBox(Pointwise(dtype, box.device, (), lambda i: ops.truediv(sl([]), ops.constant(float(n), dtype))))
+
+
+def _elementwise_loss(x, t, reduction, fn):
+    """fn(x, t, dtype) -> per-element loss; x and t broadcast like eager."""
+    dt = _out_val().dtype
+    if not dt.is_floating_point:
+        raise Unsupported("loss of integers")
+    shape = tuple(torch.broadcast_shapes(tuple(x.get_size()), tuple(t.get_size())))
+    xl, tl = broadcast_loader(x, shape), broadcast_loader(t, shape)
+    box = TensorBox(Pointwise(dt, x.device, shape,
+                              lambda i: fn(_conv(xl(i), x.dtype, dt), _conv(tl(i), t.dtype, dt), dt)))
+    return _loss_reduce(box, reduction, dt)
+
+
+def _k(v, dt):
+    return ops.constant(v, dt)
+
+
+@register_lowering("mse_loss")
+def _mse_loss(x, t, reduction="mean"):
+    return _elementwise_loss(x, t, reduction, lambda a, b, dt: (lambda d: ops.mul(d, d))(ops.sub(a, b)))
+
+
+@register_lowering("l1_loss")
+def _l1_loss(x, t, reduction="mean"):
+    return _elementwise_loss(x, t, reduction, lambda a, b, dt: ops.abs(ops.sub(a, b)))
+
+
+@register_lowering("smooth_l1_loss")
+def _smooth_l1_loss(x, t, reduction="mean", beta=1.0):
+    def f(a, b, dt):
+        d = ops.abs(ops.sub(a, b))
+        if beta == 0:
+            return d
+        quad = ops.truediv(ops.mul(ops.mul(_k(0.5, dt), d), d), _k(beta, dt))
+        return ops.where(ops.lt(d, _k(beta, dt)), quad, ops.sub(d, _k(0.5 * beta, dt)))
+    return _elementwise_loss(x, t, reduction, f)
+
+
+@register_lowering("huber_loss")
+def _huber_loss(x, t, reduction="mean", delta=1.0):
+    def f(a, b, dt):
+        d = ops.abs(ops.sub(a, b))
+        quad = ops.mul(ops.mul(_k(0.5, dt), d), d)
+        lin = ops.mul(_k(delta, dt), ops.sub(d, ops.mul(_k(0.5, dt), _k(delta, dt))))
+        return ops.where(ops.lt(d, _k(delta, dt)), quad, lin)
+    return _elementwise_loss(x, t, reduction, f)
+
+
+def _weighted(fn, weight, shape):
+    """Multiply a per-element loss by a broadcast weight tensor (None: unchanged)."""
+    if weight is None:
+        return fn
+    wl = broadcast_loader(weight, shape)
+    return lambda a, b, dt, i: ops.mul(fn(a, b, dt, i), _conv(wl(i), weight.dtype, dt))
+
+
+def _weighted_loss(x, t, weight, reduction, fn):
+    """Like _elementwise_loss for fn(a, b, dt, index) with an optional weight."""
+    dt = _out_val().dtype
+    shape = tuple(torch.broadcast_shapes(tuple(x.get_size()), tuple(t.get_size())))
+    g = _weighted(fn, weight, shape)
+    xl, tl = broadcast_loader(x, shape), broadcast_loader(t, shape)
+    box = TensorBox(Pointwise(dt, x.device, shape,
+                              lambda i: g(_conv(xl(i), x.dtype, dt), _conv(tl(i), t.dtype, dt), dt, i)))
+    return _loss_reduce(box, reduction, dt)
+
+
+@register_lowering("binary_cross_entropy")
+def _bce(x, t, weight=None, reduction="mean"):
+    """-(t·max(log x, -100) + (1 - t)·max(log(1 - x), -100)), eager's clamped logs."""
+    def f(a, b, dt, i):
+        lo = _k(-100.0, dt)
+        la = ops.maximum(ops.log(a), lo)
+        lb = ops.maximum(ops.log(ops.sub(_k(1.0, dt), a)), lo)
+        return ops.neg(ops.add(ops.mul(b, la), ops.mul(ops.sub(_k(1.0, dt), b), lb)))
+    return _weighted_loss(x, t, weight, reduction, f)
+
+
+@register_lowering("binary_cross_entropy_with_logits")
+def _bce_logits(x, t, weight=None, pos_weight=None, reduction="mean"):
+    """(1 - t)·x + lw·(log(exp(-m) + exp(-x - m)) + m), m = max(-x, 0), lw = 1 + (pos_weight - 1)·t
+    (the stable form eager uses)."""
+    shape = tuple(torch.broadcast_shapes(tuple(x.get_size()), tuple(t.get_size())))
+    pwl = broadcast_loader(pos_weight, shape) if pos_weight is not None else None
+
+    def f(a, b, dt, i):
+        m = ops.maximum(ops.neg(a), _k(0.0, dt))
+        soft = ops.add(ops.log(ops.add(ops.exp(ops.neg(m)), ops.exp(ops.sub(ops.neg(a), m)))), m)
+        if pwl is not None:
+            pw = _conv(pwl(i), pos_weight.dtype, dt)
+            soft = ops.mul(ops.add(_k(1.0, dt), ops.mul(ops.sub(pw, _k(1.0, dt)), b)), soft)
+        return ops.add(ops.mul(ops.sub(_k(1.0, dt), b), a), soft)
+    return _weighted_loss(x, t, weight, reduction, f)
+
+
+@register_lowering("kl_div")
+def _kl_div(x, t, reduction="mean", log_target=False):
+    """log_target: exp(t)·(t - x); else xlogy(t, t) - t·x (0 where t == 0)."""
+    def f(a, b, dt):
+        if log_target:
+            return ops.mul(ops.exp(b), ops.sub(b, a))
+        xlogy = ops.where(ops.eq(b, _k(0.0, dt)), _k(0.0, dt), ops.mul(b, ops.log(b)))
+        return ops.sub(ops.where(ops.isnan(b), b, xlogy), ops.mul(b, a))
+    if reduction == "batchmean":
+        box = _elementwise_loss(x, t, "sum", f)
+        n = x.get_size()[0] if x.get_size() else 1
+        dt = _out_val().dtype
+        sl = _realize(box).make_loader()
+        return TensorBox(Pointwise(dt, x.device, (), lambda i: ops.truediv(sl([]), _k(float(n), dt))))
+    return _elementwise_loss(x, t, reduction, f)
+
+
+def _nll_parts(x, target, weight, ignore_index, op):
+    """Per-sample (loss, weight) loaders of nll_loss for x of shape (N, C) or (C,)."""
+    size = x.get_size()
+    if len(size) not in (1, 2) or target.dtype not in (torch.int32, torch.int64):
+        raise Unsupported(f"{op}: only (N, C) / (C,) inputs with integer class targets are native")
+    C = size[-1]
+    dt = x.dtype
+    xl, tl = x.make_loader(), target.make_loader()
+    wl = weight.make_loader() if weight is not None else None
+    two_d = len(size) == 2
+
+    def parts(i):
+        tv = tl(i[:1] if two_d else [])
+        valid = ops.ne(tv, ops.constant(ignore_index, target.dtype))
+        safe = ops.where(valid, tv, ops.constant(0, target.dtype))    # ignored samples read class 0
+        cls = _checked(safe, C, op, 1 if two_d else 0,
+                       message=f"IndexError: tp.{op}: target {{value}} is out of bounds for {C} classes")
+        w = _conv(wl([cls]), weight.dtype, dt) if wl is not None else ops.constant(1.0, dt)
+        w = ops.where(valid, w, ops.constant(0.0, dt))
+        v = xl([i[0], cls] if two_d else [cls])
+        return ops.where(valid, ops.neg(ops.mul(w, v)), ops.constant(0.0, dt)), w
+    n = size[0] if two_d else None
+    return parts, n, dt
+
+
+def _nll_from_parts(x, parts, n, dt, reduction):
+    shape = (n,) if n is not None else ()
+    loss = TensorBox(Pointwise(dt, x.device, shape, lambda i: parts(i)[0]))
+    if reduction == "none":
+        return loss
+    s = make_reduction(loss, None, False, "sum", dt)
+    if reduction == "sum":
+        return s
+    if reduction != "mean":
+        raise Unsupported(f"nll_loss reduction {reduction!r}")
+    wsum = _realize(make_reduction(TensorBox(Pointwise(dt, x.device, shape, lambda i: parts(i)[1])),
+                                   None, False, "sum", dt))
+    sl, wl = _realize(s).make_loader(), wsum.make_loader()
+    return TensorBox(Pointwise(dt, x.device, (), lambda i: ops.truediv(sl([]), wl([]))))
+
+
+@register_lowering("nll_loss")
+def _nll_loss(x, target, weight=None, reduction="mean", ignore_index=-100):
+    parts, n, dt = _nll_parts(x, target, weight, ignore_index, "nll_loss")
+    return _nll_from_parts(x, parts, n, dt, reduction)
+
+
+@register_lowering("cross_entropy")
+def _cross_entropy(x, target, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
+    if label_smoothing != 0 or target.dtype.is_floating_point:
+        raise Unsupported("cross_entropy with label smoothing or class probabilities")
+    if len(x.get_size()) not in (1, 2):
+        raise Unsupported("cross_entropy of more than 2 dims")
+    lsm = _realize(_log_softmax_of(x, len(x.get_size()) - 1, x.dtype))
+    parts, n, dt = _nll_parts(lsm, target, weight, ignore_index, "cross_entropy")
+    return _nll_from_parts(lsm, parts, n, dt, reduction)
+
+
+@register_lowering("nll_loss_backward")
+def _nll_loss_backward(grad_output, target, weight, input_size, reduction, ignore_index):
+    """grad[i, c] = (c == target[i]) · -weight[target[i]] · g  (/ total weight for 'mean')."""
+    out = _out_val()
+    dt = out.dtype
+    size = tuple(input_size)
+    if len(size) not in (1, 2):
+        raise Unsupported("nll_loss_backward of more than 2 dims")
+    two_d = len(size) == 2
+    C = size[-1]
+    tl, gl = target.make_loader(), grad_output.make_loader()
+    wl = weight.make_loader() if weight is not None else None
+
+    def wt(r):       # (valid, class index, weight of the sample) for row index list r
+        tv = tl(r)
+        valid = ops.ne(tv, ops.constant(ignore_index, target.dtype))
+        safe = ops.where(valid, tv, ops.constant(0, target.dtype))
+        cls = _checked(safe, C, "nll_loss_backward", 1 if two_d else 0)
+        w = _conv(wl([cls]), weight.dtype, dt) if wl is not None else ops.constant(1.0, dt)
+        return valid, safe, ops.where(valid, w, ops.constant(0.0, dt))
+    denom = None
+    if reduction == "mean":
+        rows = (size[0],) if two_d else ()
+        denom = _realize(make_reduction(TensorBox(Pointwise(dt, grad_output.device, rows,
+                                                            lambda i: wt(i[:1] if two_d else [])[2])),
+                                        None, False, "sum", dt)).make_loader()
+    elif reduction not in ("sum", "none"):
+        raise Unsupported(f"nll_loss_backward reduction {reduction!r}")
+
+    def f(i):
+        r = i[:1] if two_d else []
+        valid, safe, w = wt(r)
+        g = _conv(gl(r if reduction == "none" else []), grad_output.dtype, dt)
+        coef = ops.neg(ops.mul(w, g))
+        if denom is not None:
+            coef = ops.truediv(coef, denom([]))
+        hit = ops.logical_and(valid, ops.eq(ops.index_expr(i[-1], _int_dtype(target.dtype)), safe))
+        return ops.where(hit, coef, ops.constant(0.0, dt))
+    return TensorBox(Pointwise(dt, grad_output.device, size, f))
+
+
+def _int_dtype(dt):
+    return dt if dt in (torch.int32, torch.int64) else torch.int64
+
+
 # ---- extern kernels -------------------------------------------------------------------------------------
 def _extern(*args):
     return V.graph.extern("library kernel (ATen)")
 
 
 for _name in ("matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "convolution", "einsum",
-              "outer", "dot", "sort", "argsort", "topk", "cumsum", "cumprod", "_scatter_view", "cat", "stack"):
+              "outer", "dot", "sort", "argsort", "topk", "cumsum", "cumprod", "_scatter_view",
+              # library kernels with no loop-level form here: fused attention, and the scatter-adds
+              # of embedding/index backward (their consumers still fuse into the next kernel)
+              "scaled_dot_product_attention", "embedding_dense_backward", "index_add", "index_put",
+              "scatter_add"):
     register_lowering(_name)(_extern)

@@ -14,16 +14,24 @@ The interface (all handlers accept these; values are handler-specific objects):
 
 * memory and indices: ``load(buffer_name, index_expr)``, ``index_expr(expr, dtype)``,
   ``constant(value, dtype)``;
-* control: ``where(cond, a, b)``, ``masked(mask, body_fn, other)``, ``to_dtype(x, dtype)``;
-* arithmetic: add sub mul truediv floordiv remainder fmod neg abs sign reciprocal pow
-  maximum minimum square;
-* math: exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan tanh sigmoid erf erfc
-  floor ceil trunc round;
+* control: ``where(cond, a, b)``, ``masked(mask, body_fn, other)`` (loads in ``body_fn`` touch memory
+  only where ``mask`` holds; elsewhere the value is ``other``), ``to_dtype(x, dtype)``;
+* data-dependent indices: ``indirect_indexing(value, size, wrap_negative, check)`` checks a loaded
+  index against ``[0, size)`` in the kernel and returns a tag for ``bounds.IndirectIndex(tag, size)``
+  (other handlers return 0);
+* arithmetic: add sub mul truediv floordiv truncdiv remainder fmod neg abs sign reciprocal pow
+  maximum minimum square (integer floordiv/truncdiv/remainder/fmod by zero is an error the kernel
+  reports, like eager's ZeroDivisionError);
+* math: exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh
+  sigmoid erf erfc floor ceil trunc round atan2 hypot;
 * comparisons and logic: eq ne lt le gt ge logical_and logical_or logical_not logical_xor
-  bitwise_and bitwise_or bitwise_xor bitwise_not isnan isinf.
+  bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift (torch's
+  out-of-range shift counts) isnan isinf.
 
 Reductions are not ops calls: a :class:`~.ir.Reduction` node carries the reduction type and the
-kernel generator emits the accumulator code (monoid associativity, invariant 6).
+kernel generator emits the accumulator code (monoid associativity, invariant 6).  Its
+``inner_fn(index, rindex)`` returns one value per reduced element, in the accumulator's dtype
+(argmax/argmin: in the input's dtype; the generator pairs it with the element's flat index).
 """
 from __future__ import annotations
 
@@ -33,15 +41,18 @@ import threading
 __all__ = ["ops", "set_handler", "OPS_NAMES", "UNARY", "BINARY", "COMPARE", "TRANSCENDENTAL"]
 
 UNARY = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
-         "sqrt", "rsqrt", "sin", "cos", "tan", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "round",
-         "logical_not", "bitwise_not", "isnan", "isinf")
-BINARY = ("add", "sub", "mul", "truediv", "floordiv", "remainder", "fmod", "pow", "maximum", "minimum",
-          "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor")
+         "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf",
+         "erfc", "floor", "ceil", "trunc", "round", "logical_not", "bitwise_not", "isnan", "isinf")
+BINARY = ("add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "fmod", "pow", "maximum", "minimum",
+          "atan2", "hypot", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
+          "bitwise_left_shift", "bitwise_right_shift")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
 #: functions whose recomputation is expensive (the materialisation cost model counts them)
-TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "tanh",
-                            "sigmoid", "erf", "erfc", "pow"})
-OPS_NAMES = ("load", "index_expr", "constant", "where", "masked", "to_dtype") + UNARY + BINARY + COMPARE
+TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
+                            "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "pow", "atan2",
+                            "hypot"})
+OPS_NAMES = ("load", "index_expr", "constant", "where", "masked", "to_dtype",
+             "indirect_indexing") + UNARY + BINARY + COMPARE
 
 _local = threading.local()
 

@@ -5,7 +5,33 @@ import ctypes
 
 import torch
 
-__all__ = ["assert_size_stride", "empty_strided", "ptr", "reinterpret", "as_layout"]
+__all__ = ["assert_size_stride", "empty_strided", "ptr", "reinterpret", "as_layout", "KernelZeroDivisionError",
+           "checked_kernel"]
+
+
+class KernelZeroDivisionError(RuntimeError, ZeroDivisionError):
+    """Integer division by zero in a compiled kernel.  Eager raises ``RuntimeError('...:
+    ZeroDivisionError')``; this is both a RuntimeError (same handling as eager) and a
+    ZeroDivisionError, and its message names the op."""
+
+
+def checked_kernel(fn, lib):
+    """``fn`` (a ctypes kernel) followed by a look at its library's error slot: a kernel that
+    reported an error (``tp_report_error`` in stax_kernel.h) raises it here, after the call."""
+    take = lib.tp_kernel_take_error
+    take.restype = ctypes.c_char_p
+    take.argtypes = []
+
+    def call(*args):
+        fn(*args)
+        msg = take()
+        if msg is not None:
+            text = msg.decode()
+            if text.startswith("IndexError: "):   # a checked data-dependent index (bounds.py)
+                raise IndexError(text[len("IndexError: "):])
+            raise (KernelZeroDivisionError if "ZeroDivisionError" in text else RuntimeError)(text)
+    call.__name__ = getattr(fn, "__name__", "kernel")
+    return call
 
 
 def assert_size_stride(t, size, stride, offset=None, name="input"):

@@ -19,18 +19,23 @@ The kernel of a group with iteration space (outer, inner) reads::
 Vectorisation is visible in the source: ``tp::Vec<T>`` (cpp_prelude.h, GCC vector extensions,
 AVX-512 / AVX2 / scalar chosen by the compile flags) with one instruction stream for every dtype.
 Loops whose every access is mergeable (Prop. 6.3: stride of the outer = size x stride of the inner)
-are merged.  Each compute function is evaluated with :class:`CppHandler`, which prints every
+are merged.  A reduction over non-trailing dims whose reduced loop is strided is generated in
+*column mode* instead (``KernelGen._column_mode``): the lanes run across the last outer loop (VL
+output columns per vector, one accumulator vector per column vector), the reduced loops are scalar
+loops, so every load is a plain vector load — no gathers, no horizontal reduce.  Each compute function is evaluated with :class:`CppHandler`, which prints every
 ``ops`` call as one line of C++ (common subexpressions are printed once).
 """
 from __future__ import annotations
 
+import contextlib
 import math
 
 import sympy
 import torch
 
 from .. import choices
-from ..ir import Unsupported
+from ..bounds import IndirectIndex, _fraction
+from ..ir import Reduction, Unsupported
 from ..ops_handler import COMPARE, set_handler
 from ..scheduler import Group, kernel_index, kernel_vars
 
@@ -41,6 +46,10 @@ CTYPE = {torch.float32: "float", torch.float64: "double", torch.int32: "int32_t"
 STORAGE_CTYPE = {torch.float32: "float", torch.float64: "double", torch.int32: "int32_t", torch.int64: "int64_t",
                  torch.bool: "bool"}
 UNROLL = 2   # vector accumulators per reduction (latency hiding, invariant 6)
+WELFORD_UNROLL = 4   # ... in a phase with a Welford reduction (longer dependency chain)
+COLUMN_REDUCTIONS = True   # column mode for reductions over non-trailing dims (KernelGen._column_mode)
+COLUMN_UNROLL = 8    # column mode: vectors of output columns per block (independent accumulators)
+_LANES_GUESS = 16   # a guess at VL (AVX-512 floats): only sizes column blocks for Alg. 8.1
 
 
 def _vt(dtype):
@@ -81,7 +90,10 @@ class _Val:
 
 
 def cexpr(e) -> str:
-    """Print an affine sympy index expression as C++ int64 arithmetic."""
+    """Print a sympy index expression as C++ integer arithmetic: affine terms, ``Mod(a, q)`` as
+    ``a % q`` and ``floor(p / q)`` as ``p / q`` (truncation == floor: bounds.py proves ``a, p >= 0``
+    before a kernel is generated).  Symbols print as C++ variables (loop variables, or a
+    ``tp::Vec<int64_t>`` of lane indices / checked indices in gathers)."""
     e = sympy.expand(e)
     if e.is_Integer:
         return f"{int(e)}"
@@ -90,7 +102,14 @@ def cexpr(e) -> str:
     if e.is_Add:
         return "(" + " + ".join(cexpr(a) for a in e.args) + ")"
     if e.is_Mul:
+        if any(a.is_Rational and not a.is_Integer for a in e.args):
+            raise Unsupported(f"fractional index expression {e}")
         return "(" + " * ".join(cexpr(a) for a in e.args) + ")"
+    if isinstance(e, sympy.Mod) and e.args[1].is_Integer:
+        return f"({cexpr(e.args[0])} % {int(e.args[1])})"
+    if isinstance(e, sympy.floor):
+        num, den = _fraction(e.args[0])
+        return f"({cexpr(num)} / {den})"
     raise Unsupported(f"non-affine index expression {e}")
 
 
@@ -102,6 +121,10 @@ class CppHandler:
         self.mode = mode           # "vec", "tail" or "row"
         self.lines = []
         self.cse = {}
+        self._mask = None          # the enclosing ops.masked condition (a bool _Val), if any
+        self._ind = {}             # IndirectIndex tag -> C++ variable of the checked index
+        self._uniform = set()      # variables with the same value in every lane (broadcast loads)
+        self._sym = {}             # variable -> sympy value of index arithmetic and its comparisons (masks)
 
     def _emit(self, expr, dtype):
         key = (expr, dtype)
@@ -123,12 +146,27 @@ class CppHandler:
         expr = k.scratch_expr() if name in k.scratch else k.translate(index)
         vt = _vt(dtype)
         ptr = k.ptr(name)
+        ind = expr.atoms(IndirectIndex)
+        if any(int(a.args[1]) == 0 for a in ind):
+            # an index into an empty dim: every active lane has reported an error; read nothing
+            return self._emit(f"{vt}({_lit(0, dtype)})", dtype)
+        if ind and all(self._ind[int(a.args[0])] in self._uniform for a in ind):
+            # the same checked index in every lane (e.g. embedding rows): an ordinary affine load
+            expr = expr.xreplace({a: sympy.Symbol(f"{self._ind[int(a.args[0])]}[0]", integer=True) for a in ind})
+            ind = ()
+        if ind or not self._affine_in_vec(expr):
+            return self._gather(ptr, expr, dtype)
         coeff = k.inner_coeff(expr)
         base = cexpr(expr)
+        if self._mask is not None:   # only active lanes read memory (stax_kernel.h)
+            fn = "tp_masked_load_bool" if dtype == torch.bool else f"tp_masked_load<{CTYPE[dtype]}>"
+            return self._emit(f"{fn}({ptr}, {base}, {coeff}, {self._mask}, {self._nl()})", dtype)
         if dtype == torch.bool:
             return self._emit(f"tp_load_bool({ptr} + {base}, {coeff}, {self._n()})", dtype)
         if self.mode == "row" or coeff == 0:
-            return self._emit(f"{vt}({ptr}[{base}])", dtype)
+            v = self._emit(f"{vt}({ptr}[{base}])", dtype)
+            self._uniform.add(v.name)
+            return v
         if coeff == 1:
             if self.mode == "tail":
                 return self._emit(f"{vt}::loadn({ptr} + {base}, n)", dtype)
@@ -138,18 +176,191 @@ class CppHandler:
     def _n(self):
         return "n" if self.mode == "tail" else "VL"
 
+    def _nl(self):
+        """Active lanes: a row value lives in lane 0 only."""
+        return "1" if self.mode == "row" else self._n()
+
+    def _active(self):
+        return str(self._mask) if self._mask is not None else "tp::Vec<int32_t>(1)"
+
+    # -- masks, per-lane index vectors and gathers (bounds.py proves them; stax_kernel.h) ---------------
+    def _affine_in_vec(self, expr):
+        v = self.k.vec_var
+        return v is None or self.mode == "row" or not any(
+            v in a.free_symbols for a in expr.atoms(sympy.Mod, sympy.floor))
+
+    def _lane_expr(self, expr, emit=True):
+        """``expr`` as a C++ ``tp::Vec<int64_t>``: one index per lane (the vector-loop variable
+        becomes its lane vector, checked indices their variables); ``emit=False``: the C++
+        expression itself, not a variable."""
+        subs = {a: sympy.Symbol(self._ind[int(a.args[0])], integer=True) for a in expr.atoms(IndirectIndex)}
+        v = self.k.vec_var
+        if v is not None and self.mode != "row" and v in expr.free_symbols:
+            lanes = f"(tp::Vec<int64_t>::iota(0) + tp::Vec<int64_t>({v}))"
+            subs[v] = sympy.Symbol(self._emit(lanes, torch.int64).name if emit else lanes, integer=True)
+        e = f"tp::Vec<int64_t>({cexpr(expr.xreplace(subs))})"
+        return self._emit(e, torch.int64) if emit else e
+
+    def _gather(self, ptr, expr, dtype):
+        fn = "tp_gather_off_bool" if dtype == torch.bool else f"tp_gather_off<{CTYPE[dtype]}>"
+        fast = None if dtype == torch.bool or expr.atoms(IndirectIndex) else self._periodic(expr)
+        if fast is None:
+            off = self._lane_expr(expr)
+            return self._emit(f"{fn}({ptr}, {off}, {self._active()}, {self._nl()})", dtype)
+        # Mod/floor of the vector variable (repeat, tile): a vector inside one period is an affine
+        # load from the scalar index of its first lane; only one that wraps is gathered lane by lane
+        test, base, coeff = fast
+        off = self._lane_expr(expr, emit=False)
+        direct = (f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, {self._mask}, {self._nl()})"
+                  if self._mask is not None else
+                  f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, tp::Vec<int32_t>(1), {self._nl()})")
+        return self._emit(f"(({test}) ? {direct} : [&] {{ return {fn}({ptr}, {off}, {self._active()}, "
+                          f"{self._nl()}); }}())", dtype)
+
+    def _periodic(self, expr):
+        """For an index with Mod/floor atoms of the vector variable v: (C++ test that the vector's
+        lanes see no wrap, C++ scalar index of lane 0, lane stride), or None."""
+        v = self.k.vec_var
+        if v is None or self.mode == "row":
+            return None
+        last = v + sympy.Symbol("n" if self.mode == "tail" else "VL", integer=True) - 1
+        tests, lin = [], {}
+        for a in expr.atoms(sympy.Mod, sympy.floor):
+            if v not in a.free_symbols:
+                continue
+            if isinstance(a, sympy.Mod):
+                arg, q = a.args
+                c = sympy.diff(arg, v)
+                if not (c.is_Integer and q.is_Integer) or arg.atoms(sympy.Mod, sympy.floor):
+                    return None
+                tests.append(f"({cexpr(a.subs(v, last))} - {cexpr(a)} == {int(c)} * ({cexpr(last - v)}))")
+                lin[a] = arg
+            else:
+                if a.args[0].atoms(sympy.Mod, sympy.floor):
+                    return None
+                tests.append(f"({cexpr(a.subs(v, last))} == {cexpr(a)})")
+                lin[a] = sympy.Integer(0)
+        coeff = sympy.diff(expr.xreplace(lin), v)
+        if not coeff.is_Integer or not tests:
+            return None
+        return " && ".join(tests), cexpr(expr), int(coeff)
+
+    def masked(self, mask, body, other):
+        """Lanes where ``mask`` is false never touch memory (every load of ``body`` is a masked
+        load, see :meth:`load`) and give ``other``.  The body runs only if some lane is active;
+        when the mask is a conjunction of affine index conditions (cat, pad, roll) it is tested on
+        the first and last lane of the vector (monotone): a vector entirely inside runs the body with
+        plain loads, one entirely outside skips it — a per-vector loop split."""
+        prev = self._mask
+        o = other if isinstance(other, _Val) else None
+        r = self.k.tmp()
+        tests = self._range_tests(self._sym.get(mask.name))
+        masked_mask = mask if prev is None else self.logical_and(prev, mask)
+        branches = []
+        if tests is not None:
+            branches.append((tests[0], prev, False))
+            if tests[1] == "false":
+                tests = None
+        branches.append((None if tests is None else f"!({tests[1]})", masked_mask, True))
+        lines = []
+        for k, (test, m, select) in enumerate(branches):
+            body_lines, v = self._in_block(m, body)
+            if o is None:
+                o = self.to_dtype(self.constant(other, v.dtype), v.dtype)
+            head = "if" if k == 0 else "} else if"
+            lines.append(f"{head} ({test if test is not None else f'tp::reduce_max({mask}) != 0'}) {{")
+            lines += ["    " + ln for ln in body_lines]
+            lines.append(f"    {r} = tp::where(tp_mask_from_bool<{CTYPE[v.dtype]}>({mask}), {v}, {o});" if select
+                         else f"    {r} = {v};")
+        o = self.to_dtype(o, v.dtype)
+        self.lines.append(f"{_vt(v.dtype)} {r} = {o};")
+        self.lines += lines + ["}"]
+        return _Val(r, v.dtype)
+
+    def _in_block(self, mask, body):
+        """Evaluate ``body`` under ``mask`` into separate lines; its values stay in the block."""
+        outer_lines, outer_cse, prev = self.lines, self.cse, self._mask
+        self.lines, self.cse, self._mask = [], dict(outer_cse), mask
+        try:
+            v = body()
+        finally:
+            body_lines, self.lines, self.cse, self._mask = self.lines, outer_lines, outer_cse, prev
+        return body_lines, v
+
+    def _range_tests(self, cond):
+        """C++ (all lanes hold, no lane holds) for a conjunction of affine conditions in the loop
+        variables, or None.  Affine in the vector variable means monotone over the lanes, so the
+        first and the last active lane decide."""
+        if cond is None:
+            return None
+        atoms = cond.args if isinstance(cond, sympy.And) else (cond,)
+        v = self.k.vec_var if self.mode != "row" else None
+        last = sympy.Symbol("n" if self.mode == "tail" else "VL", integer=True) - 1
+        alls, nones = [], []
+        for c in atoms:
+            if c is sympy.true:
+                continue
+            if c is sympy.false:
+                return "false", "true"
+            if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=" or \
+                    c.atoms(sympy.Function):
+                return None
+            e = sympy.expand(c.lhs - c.rhs)
+            if v is not None and not sympy.diff(e, v).is_Integer:
+                return None
+            ends = [e] if v is None or v not in e.free_symbols else [e, e.subs(v, v + last)]
+            holds = [f"({cexpr(x)} {c.rel_op} 0)" for x in ends]
+            alls += holds
+            nones.append("(" + " && ".join(f"!{h}" for h in holds) + ")")
+        if not alls:
+            return "true", "false"
+        return " && ".join(alls), " || ".join(nones) if nones else "false"
+
+    def indirect_indexing(self, value, size, wrap_negative=False, check=None):
+        """Check a loaded index against ``[0, size)`` in the kernel (see bounds.py); returns the tag
+        of an :class:`IndirectIndex`.  ``check``: the error message, with ``{value}`` for the bad
+        index; it starts with the exception's name ("IndexError: ..."), which the kernel's call
+        raises (runtime.checked_kernel)."""
+        if value.dtype.is_floating_point:
+            raise Unsupported("a floating-point index")
+        msg = (check or "IndexError: index {value} is out of bounds for size " + str(size))
+        fmt = msg.replace("%", "%%").replace("{value}", "%lld").replace("\\", "\\\\").replace('"', '\\"')
+        key = ("check", str(value), int(size), bool(wrap_negative), self._active(), self._nl(), fmt)
+        if key not in self.cse:
+            c = self.k.tmp()
+            w = 1 if wrap_negative else 0
+            if value.name in self._uniform and self._mask is None:   # every lane active, one value
+                self.lines.append(f"const auto {c} = tp_check_index1(int64_t({value}[0]), int64_t({int(size)}), {w});")
+            else:
+                self.lines.append(f"const auto {c} = tp_check_index({value}, int64_t({int(size)}), {w}, "
+                                  f"{self._active()}, {self._nl()});")
+            self.lines.append(f'if ({c}.bad) tp_report_error(tp_index_text("{fmt}", {c}.value));')
+            self.cse[key] = self._emit(f"{c}.idx", torch.int64)
+            if value.name in self._uniform:
+                self._uniform.add(self.cse[key].name)
+        tag = len(self._ind)
+        self._ind[tag] = self.cse[key].name
+        return tag
+
     def index_expr(self, expr, dtype):
         e = self.k.translate(expr)
+        if e.atoms(IndirectIndex) or not self._affine_in_vec(e):
+            v = self._lane_expr(e)
+            return v if dtype == torch.int64 else self.to_dtype(v, dtype)
         coeff = self.k.inner_coeff(e) if self.mode != "row" else 0
         base = cexpr(e)
         v = self._emit(f"(tp::Vec<int64_t>::iota(0) * tp::Vec<int64_t>({coeff}) + tp::Vec<int64_t>({base}))"
                        if coeff else f"tp::Vec<int64_t>({base})", torch.int64)
+        self._sym[v.name] = e
         return v if dtype == torch.int64 else self.to_dtype(v, dtype)
 
     def constant(self, value, dtype):
         from ..op_lowerings import cdt
         dtype = dtype or cdt()
-        return self._emit(f"{_vt(dtype)}({_lit(value, dtype)})", dtype)
+        v = self._emit(f"{_vt(dtype)}({_lit(value, dtype)})", dtype)
+        if not dtype.is_floating_point and dtype != torch.bool:
+            self._sym[v.name] = sympy.Integer(int(value))
+        return v
 
     def to_dtype(self, x, dtype, src_dtype=None):
         if x.dtype == dtype:
@@ -160,9 +371,6 @@ class CppHandler:
 
     def where(self, c, a, b):
         return self._emit(f"tp::where(tp_mask_from_bool<{CTYPE[a.dtype]}>({c}), {a}, {b})", a.dtype)
-
-    def masked(self, mask, body, other):
-        raise Unsupported("masked loads")
 
     # -- arithmetic -------------------------------------------------------------------------------------
     def add(self, a, b):
@@ -184,7 +392,10 @@ class CppHandler:
         return self._emit(f"({_vt(a.dtype)}({_lit(1, a.dtype)}) / {a})", a.dtype)
 
     def logical_and(self, a, b):
-        return self._emit(f"({a} & {b})", torch.bool)
+        v = self._emit(f"({a} & {b})", torch.bool)
+        if a.name in self._sym and b.name in self._sym:
+            self._sym[v.name] = sympy.And(self._sym[a.name], self._sym[b.name])
+        return v
 
     def logical_or(self, a, b):
         return self._emit(f"({a} | {b})", torch.bool)
@@ -207,6 +418,26 @@ class CppHandler:
     def logical_not(self, a):
         return self._emit(f"({a} ^ tp::Vec<int32_t>(1))", torch.bool)
 
+    def bitwise_left_shift(self, a, b):
+        return self._emit(f"({a} << {b})", a.dtype)   # torch: a count outside [0, bits) gives 0
+
+    def bitwise_right_shift(self, a, b):
+        return self._emit(f"({a} >> {b})", a.dtype)   # torch: ... gives the sign fill
+
+    def _int_division(self, name, a, b):
+        """Integer floordiv/truncdiv/remainder/fmod: a zero divisor in an active lane makes the
+        kernel report ZeroDivisionError (eager raises it; tp::floordiv etc. themselves return 0 and
+        never trap).  The wrapper's kernel call raises it (async_compile, stax_kernel.h)."""
+        from ..op_lowerings import current_op
+        vt = _vt(b.dtype)
+        zero = f"({b} == {vt}(0))"
+        if self.mode == "tail":   # lanes past n were loaded as 0
+            zero = f"({zero} & tp_tail_mask<{CTYPE[b.dtype]}>(n))"
+        op = current_op() or {"floordiv": "floor_divide", "truncdiv": "div"}.get(name, name)
+        self.lines.append(f'if (tp::any({zero})) tp_report_error("tp.{op}: ZeroDivisionError '
+                          f'(integer division by zero in a compiled kernel)");')
+        return self._emit(f"tp::{name}({a}, {b})", a.dtype)
+
     def __getattr__(self, name):
         if name in COMPARE:
             sym = {"eq": "==", "ne": "!=", "lt": "<", "le": "<=", "gt": ">", "ge": ">="}[name]
@@ -214,12 +445,33 @@ class CppHandler:
         if name in ("isnan", "isinf"):
             return lambda a: self._emit(f"tp_bool_from_mask(tp::{name}({a}))", torch.bool) \
                 if a.dtype.is_floating_point else self._emit("tp::Vec<int32_t>(0)", torch.bool)
-        if name in ("maximum", "minimum", "pow", "fmod", "remainder", "floordiv"):
+        if name in ("floordiv", "truncdiv", "remainder", "fmod"):
+            return lambda a, b: self._emit(f"tp::{name}({a}, {b})", a.dtype) if a.dtype.is_floating_point \
+                else self._int_division(name, a, b)
+        if name in ("maximum", "minimum", "pow", "atan2", "hypot"):
             return lambda a, b: self._emit(f"tp::{name}({a}, {b})", a.dtype)
         if name in ("abs", "sign", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin",
-                    "cos", "tan", "tanh", "sigmoid", "erf", "erfc", "floor", "ceil", "trunc", "round"):
+                    "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "floor",
+                    "ceil", "trunc", "round"):
             return lambda a: self._emit(f"tp::{name}({a})", a.dtype)
         raise AttributeError(name)
+
+
+def _tracked_compare(name):
+    """Comparisons as printed by ``CppHandler.__getattr__``, plus their sympy form when both sides
+    are index arithmetic (a mask ``masked`` can test per vector, see ``_range_tests``)."""
+    rel = {"lt": sympy.Lt, "le": sympy.Le, "gt": sympy.Gt, "ge": sympy.Ge, "eq": sympy.Eq}[name]
+
+    def compare(self, a, b):
+        v = CppHandler.__getattr__(self, name)(a, b)
+        if a.name in self._sym and b.name in self._sym:
+            self._sym[v.name] = rel(self._sym[a.name], self._sym[b.name])
+        return v
+    return compare
+
+
+for _name in ("lt", "le", "gt", "ge", "eq"):
+    setattr(CppHandler, _name, _tracked_compare(_name))
 
 
 _IDENTITY = {"sum": 0, "prod": 1, "any": 0, "all": 1}
@@ -236,6 +488,95 @@ def _identity(rtype, dtype):
     if dtype.is_floating_point:
         return f"{'-' if rtype == 'max' else ''}std::numeric_limits<{ct}>::infinity()"
     return f"std::numeric_limits<{ct}>::{'lowest' if rtype == 'max' else 'max'}()"
+
+
+# ---- reduction accumulators ---------------------------------------------------------------------------
+# A monoid reduction (sum ... all) keeps UNROLL vectors ``acc_<buf>_<u>`` combined with _COMBINE and
+# reduced across lanes with _HREDUCE.  argmax/argmin keep a tp::ArgAcc (per-lane value + int64
+# index) and welford a tp::WelfordAcc (per-lane n, mean, m2; Chan combine): cpp_prelude.h.  The
+# nodes of one multi-result reduction (Reduction.multi: same inner_fn) share the accumulator of the
+# first of them in the kernel (the *leader*); the others only read its results.
+def _accumulators(reds):
+    """buffer name -> the node whose accumulator computes it."""
+    leader, first = {}, {}
+    for n in reds:
+        r = n.buf.data
+        key = (r.reduction_type, id(r.inner_fn)) if r.reduction_type in r.OUTPUTS else n.name
+        leader[n.name] = first.setdefault(key, n)
+    return leader
+
+
+def _is_max(rt):
+    return "true" if rt == "argmax" else "false"
+
+
+def _acc_decl(n, acc_dt, nacc):
+    rt, ct = n.buf.data.reduction_type, CTYPE[acc_dt]
+    if rt in ("argmax", "argmin"):
+        return [f"tp::ArgAcc<{ct}> acc_{n.name}_{u} = tp::arg_identity<{_is_max(rt)}, {ct}>();" for u in range(nacc)]
+    if rt == "welford":
+        return [f"tp::WelfordAcc<{ct}> acc_{n.name}_{u};" for u in range(nacc)]
+    return [f"{_vt(acc_dt)} acc_{n.name}_{u}({_identity(rt, acc_dt)});" for u in range(nacc)]
+
+
+def _acc_update(n, acc_dt, unroll, v, mode):
+    """The statement folding this iteration's value ``v`` (argmax: (value, index)) into
+    accumulator ``unroll``; in a tail only the first ``n`` lanes count."""
+    rt = n.buf.data.reduction_type
+    acc = f"acc_{n.name}_{unroll}"
+    tail = mode in ("tail", "tail1")
+    mask = ", tp_tail_mask<float>(n)" if tail else ""
+    if rt in ("argmax", "argmin"):
+        return f"tp::arg_update<{_is_max(rt)}>({acc}, {v[0]}, {v[1]}{mask});"
+    if rt == "welford":
+        return f"tp::welford_update({acc}, {v}{mask});"
+    val = v.name
+    if acc_dt == torch.bool and v.dtype != torch.bool:
+        val = f"tp_bool_from_mask({v} != {_vt(v.dtype)}(0))"
+    if tail:
+        val = f"tp::where(tp_tail_mask<{CTYPE[acc_dt]}>(n), {val}, {_vt(acc_dt)}({_identity(rt, acc_dt)}))"
+    return f"{acc} = {_COMBINE[rt].format(a=acc, b=val)};"
+
+
+def _n_acc(reds):
+    """Accumulators per reduction in one phase: UNROLL, or WELFORD_UNROLL when a Welford update
+    (a dependent sub-mul-add chain per element, ~3x the latency of an add) is among them."""
+    return WELFORD_UNROLL if any(n.buf.data.reduction_type == "welford" for n in reds) else UNROLL
+
+
+def _acc_final(n, acc_dt, sibs, nacc):
+    """Combine the ``nacc`` accumulators, then the lanes, into ``v_<buf>`` of every sibling."""
+    rt, ct = n.buf.data.reduction_type, CTYPE[acc_dt]
+    acc = [f"acc_{n.name}_{u}" for u in range(nacc)]
+    if rt in Reduction.OUTPUTS:
+        comb = acc[0]
+        for a in acc[1:]:
+            comb = (f"tp::arg_combine<{_is_max(rt)}>({comb}, {a})" if rt != "welford"
+                    else f"tp::welford_combine({comb}, {a})")
+        res = {o: f"r_{n.name}_{o}" for o in Reduction.OUTPUTS[rt]}
+        rct = {o: ("int64_t" if o == "index" else ct) for o in res}
+        out = [f"{rct[o]} {var};" for o, var in res.items()]
+        if rt == "welford":
+            out.append(f"tp::welford_reduce({comb}, {res['mean']}, {res['m2']}, {res['count']});")
+        else:
+            out.append(f"tp::arg_reduce<{_is_max(rt)}>({comb}, {res['value']}, {res['index']});")
+        return out + [f"v_{o.name} = {res[o.buf.data.output]};" for o in sibs]
+    comb = acc[0]
+    for a in acc[1:]:
+        comb = _COMBINE[rt].format(a=comb, b=a)
+    red = f"{_HREDUCE[rt]}({comb})"
+    if acc_dt == torch.bool:
+        red = f"(int32_t)({red} != 0)"
+    return [f"v_{n.name} = {red};"]
+
+
+def _acc_final_columns(n, sibs, u):
+    """Column mode: accumulator ``u`` holds one output column per lane, so its results are the
+    vectors ``v_<buf>_<u>`` of every sibling as they are (no combine, no horizontal reduce)."""
+    rt, acc = n.buf.data.reduction_type, f"acc_{n.name}_{u}"
+    res = {"index": f"{acc}.idx", "value": f"{acc}.val"} if rt in ("argmax", "argmin") else \
+        {"mean": f"{acc}.mean", "m2": f"{acc}.m2", "count": f"{acc}.counts()"} if rt == "welford" else {None: acc}
+    return [f"v_{o.name}_{u} = {res[o.buf.data.output]};" for o in sibs]
 
 
 class KernelGen:
@@ -256,6 +597,8 @@ class KernelGen:
         self.phase_values = {}    # local inner values of the current iteration: name -> _Val
         self.scratch = {}         # local inner values read in a later phase: name -> array name
         self.params = {}          # buffer name -> (ctype, is_output)
+        self.column = False       # column mode (see _column_mode): lanes = output columns
+        self.col_u = 0            # column mode: which vector of the block's columns is generated
 
     def tmp(self):
         self._tmp += 1
@@ -289,6 +632,8 @@ class KernelGen:
     def local_value(self, name, handler):
         if name in self.row_values:
             dt = self.dtypes[name]
+            if self.column:   # a vector of this block's columns (one row value per lane)
+                return _Val(f"{self.row_values[name]}_{self.col_u}", dt)
             return handler._emit(f"{_vt(dt)}({self.row_values[name]})", dt)
         if name in self.phase_values:
             return self.phase_values[name]
@@ -313,18 +658,23 @@ class KernelGen:
 
     def _collect_exprs(self):
         """All (buffer, index) accesses of the group, over the per-dim kernel variables."""
+        from ..bounds import record_accesses
         exprs = []
-        self.accesses = []
+        self.accesses = []        # (buffer, index, mask condition or None)
+        self.index_exprs = []     # ops.index_expr arguments: they pin the loops they use (no merging)
         for n in self.g.nodes:
             pl = self.placements[n.name]
             idx = kernel_index(n, pl, self.sig)
-            for name, e in n.record(idx):
+            rec = record_accesses(n.buf.data.inner_fn, *(idx if n.is_reduction else idx[:1]))
+            for name, e, cond in rec.loads:
                 exprs.append(e)
-                self.accesses.append((name, e))
+                self.accesses.append((name, e, cond))
+            exprs += rec.index_exprs
+            self.index_exprs += rec.index_exprs
             if n.name not in self.locals:
                 e = n.buf.layout.index(idx[0])
                 exprs.append(e)
-                self.accesses.append((n.name, e))
+                self.accesses.append((n.name, e, None))
         return exprs
 
     def _check_bounds(self):
@@ -337,12 +687,15 @@ class KernelGen:
         for name, t in self.graph.constants.items():
             extents[name] = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
         ivs = []
-        for name, e in self.accesses:
+        nonempty = all(hi >= lo for lo, hi in ranges.values())
+        for name, e, cond in self.accesses:
             if name in self.locals:
                 continue
-            check_access(name, e, ranges, extents[name])
-            if all(hi >= lo for lo, hi in ranges.values()):
-                ivs.append(bound(e, ranges))
+            check_access(name, e, ranges, extents[name], cond)   # a masked load: where its mask holds
+            if nonempty:
+                ivs.append(bound(e, ranges))   # computed in every lane (masked or not): sets the width
+        if nonempty:
+            ivs += [bound(e, ranges) for e in self.index_exprs]
         return index_type(ivs)
 
     def _merge(self, vars_, sizes, exprs):
@@ -397,6 +750,8 @@ class KernelGen:
         # by the merged var is exact because of the mergeability check above
         ph, nphase = self._phases()
         self.ph = ph
+        if self._column_mode():
+            return self._finish(self._gen_columns(nphase, inner))
         ind = "    "
         threads = choices_threads()
         depth = choices.parallel_depth([s for _, s in self.outer_loops], math.prod(inner) if inner else 1, threads)
@@ -416,21 +771,22 @@ class KernelGen:
             lines.append(ind * level + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
             level += 1
         # scratch arrays for inner locals read in a later phase
-        for n in self.g.nodes:
-            if n.name in self.locals and self.placements[n.name] == "inner":
-                p = ph[n.name][0]
-                if any(ph[o.name][0] > p for o in self.g.nodes if n.name in o.reads):
-                    arr = f"scratch_{n.name}"
-                    self.scratch[n.name] = arr
-                    cnt = math.prod(s for _, s in self.inner_loops)
-                    if cnt * 8 > (1 << 20):
-                        raise Unsupported("row too long for an in-cache scratch buffer")
-                    lines.append(ind * level + f"alignas(64) {STORAGE_CTYPE[self.dtypes[n.name]]} {arr}[{max(cnt, 1)}];")
+        for n in self._scratch_nodes():
+            arr = f"scratch_{n.name}"
+            self.scratch[n.name] = arr
+            cnt = math.prod(s for _, s in self.inner_loops)
+            if cnt * 8 > (1 << 20):
+                raise Unsupported("row too long for an in-cache scratch buffer")
+            lines.append(ind * level + f"alignas(64) {STORAGE_CTYPE[self.dtypes[n.name]]} {arr}[{max(cnt, 1)}];")
         for p in range(nphase):
             lines += self._gen_phase(p, level)
         for _ in self.outer_loops:
             level -= 1
             lines.append(ind * level + "}")
+        return self._finish(lines)
+
+    def _finish(self, lines):
+        """The kernel function around its loop nest ``lines``."""
         params = []
         for name, (ct, out) in self.params.items():
             params.append(f"{'' if out else 'const '}{ct}* __restrict__ {name}")
@@ -438,6 +794,184 @@ class KernelGen:
                 f"    using idx_t = {self.index_t};   // every index proved to fit (bounds.py)",
                 "    constexpr idx_t VL = tp::Vec<float>::size;", "    (void)VL;"]
         return "\n".join(head + lines + ["}"])
+
+    def _scratch_nodes(self):
+        """Inner locals read in a later phase: they need a per-row scratch array."""
+        ph = self.ph
+        return [n for n in self.g.nodes if n.name in self.locals and self.placements[n.name] == "inner"
+                and any(ph[o.name][0] > ph[n.name][0] for o in self.g.nodes if n.name in o.reads)]
+
+    # -- column mode: reductions over non-trailing dims --------------------------------------------------
+    def _column_mode(self):
+        """Generate the group in column mode?  When it has a reduction whose innermost reduced loop
+        walks memory with a stride (coefficient != 1) for some load, and every access to memory has
+        coefficient 0 or 1 in the last (merged) outer loop: then the lanes can run across that loop
+        (VL output columns at once) with plain vector loads instead of gathers.  Groups needing a
+        scratch array, indirect indices or Mod/floor of the column variable keep the row mode."""
+        if not (COLUMN_REDUCTIONS and self.outer_loops and self.inner_loops) or self._scratch_nodes():
+            return False
+        if not any(p == "reduce" for p in self.placements.values()):
+            return False
+        xl, rl = self.outer_loops[-1][0], self.inner_loops[-1][0]
+        produced = {n.name for n in self.g.nodes}
+        strided = False
+        for name, e, _ in self.accesses:
+            if name in self.locals:
+                continue
+            t = self.translate(e)
+            if t.atoms(IndirectIndex) or any(xl in a.free_symbols for a in t.atoms(sympy.Mod, sympy.floor)):
+                return False
+            c, cr = sympy.diff(t, xl), sympy.diff(t, rl)
+            if not (c.is_Integer and int(c) in (0, 1)):
+                return False
+            if name not in produced and cr != 1:
+                strided = True
+        return strided and not self._column_loses_threads()
+
+    def _column_loses_threads(self):
+        """Fewer output columns than one vector, and fewer parallel blocks than the row mode's
+        parallel rows: e.g. ``(10**6, 4).sum(0)`` — the row mode's threads win (column mode does
+        not split the reduced loop across threads)."""
+        sizes = [s for _, s in self.outer_loops]
+        threads = choices_threads()
+        if sizes[-1] >= _LANES_GUESS or \
+                math.prod(sizes) * math.prod(s for _, s in self.inner_loops) < choices.PARALLEL_MIN_WORK:
+            return False
+        rest = math.prod(sizes[:-1])
+        return min(threads, rest * sizes[-1]) > min(threads, rest)
+
+    @contextlib.contextmanager
+    def _column(self, u):
+        """Context: generate column vector ``u`` of the block (lanes ``xl + u*VL ...``, the C++
+        variable ``xl_u``)."""
+        xl = self.outer_loops[-1][0]
+        saved = self._merge_subs, self.vec_var, self.col_u
+        self.vec_var, self.col_u = xl, u
+        if u:
+            s = sympy.Symbol(f"{xl}_{u}", integer=True, nonnegative=True)
+            self._merge_subs = {k: (v.xreplace({xl: s}) if isinstance(v, sympy.Basic) else v)
+                                for k, v in self._merge_subs.items()}
+            self.vec_var = s
+        try:
+            yield
+        finally:
+            self._merge_subs, self.vec_var, self.col_u = saved
+
+    def _gen_columns(self, nphase, inner):
+        """The loop nest of column mode::
+
+            #pragma omp parallel for collapse(depth)       // outer loops + blocks of columns
+            for (idx_t xm0 = 0; ...) for (int64_t xm1_b = 0; xm1_b < blocks; ...) {
+                idx_t xm1 = xm1_b * (U * VL);
+                if (xm1 + U * VL <= N) { phases on U column vectors }
+                else { phases on one vector at a time; masked tail (n lanes) }
+            }
+
+        Each phase runs the reduced loops as scalar loops; reductions keep one accumulator per
+        column vector, row values are vectors (one column per lane)."""
+        ind = "    "
+        self.column = True
+        self.parallel_inner = False
+        xl, sl = self.outer_loops[-1]
+        threads = choices_threads()
+        lanes = _LANES_GUESS
+        rest = math.prod(s for _, s in self.outer_loops[:-1])
+        cu = max(1, min(COLUMN_UNROLL, sl // (lanes * max(1, -(-threads // rest)))))
+        nblk = -(-sl // (cu * lanes))
+        sizes = [s for _, s in self.outer_loops[:-1]] + [nblk]
+        depth = choices.parallel_depth(sizes, (math.prod(inner) if inner else 1) * cu * lanes, threads)
+        width = f"{cu} * VL"
+        lines, level = [], 1
+        for d, (m, size) in enumerate(self.outer_loops[:-1] + [(f"{xl}_b", None)]):
+            if d == 0 and depth > 0:
+                lines.append(ind * level + (f"#pragma omp parallel for collapse({depth})" if depth > 1
+                                            else "#pragma omp parallel for"))
+            if size is None:
+                lines.append(ind * level + f"for (int64_t {m} = 0; {m} < ({sl} + {width} - 1) / ({width}); {m} += 1) {{")
+            else:
+                lines.append(ind * level + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
+            level += 1
+        lines.append(ind * level + f"idx_t {xl} = (idx_t)({xl}_b * ({width}));")
+
+        def phases(mode, ncols, lvl):
+            out = [ind * lvl + f"const idx_t {xl}_{u} = {xl} + {u} * VL;" for u in range(1, ncols)]
+            self.row_values = {}
+            for p in range(nphase):
+                out += self._gen_column_phase(p, lvl, mode, ncols)
+            return out
+
+        lines.append(ind * level + f"if ({xl} + {width} <= {sl}) {{")   # a full block
+        lines += phases("vec", cu, level + 1)
+        lines.append(ind * level + "} else {")                       # the last block: vectors, tail
+        if cu > 1:
+            lines.append(ind * (level + 1) + f"for (; {xl} + VL <= {sl}; {xl} += VL) {{")
+            lines += phases("vec", 1, level + 2)
+            lines.append(ind * (level + 1) + "}")
+        lines.append(ind * (level + 1) + f"if ({xl} < {sl}) {{")
+        lines.append(ind * (level + 2) + f"const int n = (int)({sl} - {xl});")
+        lines += phases("tail", 1, level + 2)
+        lines.append(ind * (level + 1) + "}")
+        lines.append(ind * level + "}")
+        for _ in range(len(self.outer_loops)):
+            level -= 1
+            lines.append(ind * level + "}")
+        return lines
+
+    def _gen_column_phase(self, p, level, mode, ncols):
+        """One phase in column mode on ``ncols`` column vectors (``mode``: "vec" or "tail")."""
+        ind = "    "
+        nodes = [n for n in self.g.nodes if self.ph[n.name][0] == p]
+        inner_nodes = [n for n in nodes if self.placements[n.name] in ("inner", "reduce")]
+        reds = [n for n in inner_nodes if self.placements[n.name] == "reduce"]
+        lines = [ind * level + f"// phase {p} (columns): {', '.join(n.name for n in nodes)}"]
+        cols = range(ncols)
+        if inner_nodes:
+            lines += [ind * level + f"{_vt(self.dtypes[n.name])} v_{n.name}_{u};" for n in reds for u in cols]
+            lines.append(ind * level + "{")
+            lvl = level + 1
+            self.acc_leader = _accumulators(reds)
+            leaders = [n for n in reds if self.acc_leader[n.name] is n]
+            for n in leaders:
+                lines += [ind * lvl + ln for ln in _acc_decl(n, self._acc_dtype(n), ncols)]
+            for m, size in self.inner_loops:   # the reduced loops: scalar, no tail
+                lines.append(ind * lvl + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
+                lvl += 1
+            for u in cols:
+                with self._column(u):
+                    lines += self._body(inner_nodes, mode, lvl, u)
+            for _ in self.inner_loops:
+                lvl -= 1
+                lines.append(ind * lvl + "}")
+            for n in leaders:
+                sibs = [o for o in reds if self.acc_leader[o.name] is n]
+                lines += [ind * lvl + ln for u in cols for ln in _acc_final_columns(n, sibs, u)]
+            lines.append(ind * level + "}")
+            for n in reds:
+                self.row_values[n.name] = f"v_{n.name}"
+                if n.name not in self.locals:
+                    self.params[n.name] = (STORAGE_CTYPE[n.buf.layout.dtype], True)
+                    idx = n.buf.layout.index(kernel_index(n, "reduce", self.sig)[0])
+                    for u in cols:
+                        with self._column(u):
+                            lines.append(ind * level + self._store(n.name, self.translate(idx), f"v_{n.name}_{u}",
+                                                                   mode, n.buf.layout.dtype))
+        for n in (n for n in nodes if self.placements[n.name] == "outer"):
+            idx, _ = kernel_index(n, "outer", self.sig)
+            dt = self.dtypes[n.name]
+            for u in cols:
+                with self._column(u):
+                    h = CppHandler(self, mode)
+                    with set_handler(h):
+                        v = h.to_dtype(n.buf.data.inner_fn(idx), dt)
+                    lines += [ind * level + ln for ln in h.lines]
+                    lines.append(ind * level + f"const {_vt(dt)} v_{n.name}_{u} = {v};")
+                    if n.name not in self.locals:
+                        self.params[n.name] = (STORAGE_CTYPE[n.buf.layout.dtype], True)
+                        sidx = self.translate(n.buf.layout.index(idx))
+                        lines.append(ind * level + self._store(n.name, sidx, f"v_{n.name}_{u}", mode,
+                                                               n.buf.layout.dtype))
+            self.row_values[n.name] = f"v_{n.name}"
+        return lines
 
     def scratch_expr(self):
         """Index into a row scratch array, in the current vector-loop variable."""
@@ -447,7 +981,11 @@ class KernelGen:
         return e
 
     def _acc_dtype(self, n):
-        return torch.bool if n.buf.data.reduction_type in ("any", "all") else n.buf.data.dtype
+        """The dtype the accumulator holds (argmax/argmin: of the values compared)."""
+        r = n.buf.data
+        if r.reduction_type in ("any", "all"):
+            return torch.bool
+        return r.src_dtype if r.reduction_type in ("argmax", "argmin") else r.dtype
 
     def _scratch_index(self):
         # flat position within the row (inner loops are laid out contiguously in the scratch)
@@ -468,14 +1006,14 @@ class KernelGen:
         if inner_nodes:
             # row values computed by this phase's reductions outlive its block
             for n in reds:
-                lines.append(ind * level + f"{CTYPE[self._acc_dtype(n)]} v_{n.name};")
+                lines.append(ind * level + f"{CTYPE[n.buf.data.dtype]} v_{n.name};")
             lines.append(ind * level + "{")
             lvl = level + 1
+            self.acc_leader = _accumulators(reds)
+            nacc = _n_acc(reds)
             for n in reds:
-                acc_dt = self._acc_dtype(n)
-                ident = _identity(n.buf.data.reduction_type, acc_dt)
-                for u in range(UNROLL):
-                    lines.append(ind * lvl + f"{_vt(acc_dt)} acc_{n.name}_{u}({ident});")
+                if self.acc_leader[n.name] is n:
+                    lines += [ind * lvl + ln for ln in _acc_decl(n, self._acc_dtype(n), nacc)]
             for k, (m, size) in enumerate(self.inner_loops[:-1]):
                 lines.append(ind * lvl + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
                 lvl += 1
@@ -483,9 +1021,9 @@ class KernelGen:
                 vm, vsize = self.inner_loops[-1]
                 self.vec_var = vm
                 lines.append(ind * lvl + f"idx_t {vm} = 0;")
-                if reds and UNROLL > 1:
-                    lines.append(ind * lvl + f"for (; {vm} + {UNROLL} * VL <= {vsize}; {vm} += {UNROLL} * VL) {{")
-                    for u in range(UNROLL):
+                if reds and nacc > 1:
+                    lines.append(ind * lvl + f"for (; {vm} + {nacc} * VL <= {vsize}; {vm} += {nacc} * VL) {{")
+                    for u in range(nacc):
                         lines += self._body(inner_nodes, "vec", lvl + 1, u, offset=u)
                     lines.append(ind * lvl + "}")
                 if self.parallel_inner:
@@ -511,15 +1049,9 @@ class KernelGen:
                 lines.append(ind * lvl + "}")
             self.vec_var = None
             for n in reds:
-                rt = n.buf.data.reduction_type
-                acc_dt = self._acc_dtype(n)
-                comb = f"acc_{n.name}_0"
-                for u in range(1, UNROLL):
-                    comb = _COMBINE[rt].format(a=comb, b=f"acc_{n.name}_{u}")
-                red = f"{_HREDUCE[rt]}({comb})"
-                if acc_dt == torch.bool:
-                    red = f"(int32_t)({red} != 0)"
-                lines.append(ind * lvl + f"v_{n.name} = {red};")
+                if self.acc_leader[n.name] is n:
+                    sibs = [o for o in reds if self.acc_leader[o.name] is n]
+                    lines += [ind * lvl + ln for ln in _acc_final(n, self._acc_dtype(n), sibs, nacc)]
             lines.append(ind * level + "}")
             for n in reds:
                 var = f"v_{n.name}"
@@ -563,21 +1095,18 @@ class KernelGen:
             out.append(ind * level + "const int n = 1;")
         for n in nodes:
             pl = self.placements[n.name]
+            if pl == "reduce" and self.acc_leader[n.name] is not n:
+                continue    # a sibling output of another node's accumulator (argmax value, welford m2)
             idx, ridx = kernel_index(n, pl, self.sig)
             with set_handler(h):
                 v = n.buf.data.inner_fn(idx, ridx) if pl == "reduce" else n.buf.data.inner_fn(idx)
+                if pl == "reduce" and n.buf.data.reduction_type in ("argmax", "argmin"):
+                    flat = sum((r * math.prod(n.rranges[k + 1:]) for k, r in enumerate(ridx)), sympy.Integer(0))
+                    v = (v, h.index_expr(flat, torch.int64))
             out += [ind * level + ln for ln in h.lines]
             h.lines = []
-            if pl == "reduce":
-                rt = n.buf.data.reduction_type
-                acc = f"acc_{n.name}_{unroll}"
-                acc_dt = torch.bool if rt in ("any", "all") else n.buf.data.dtype
-                val = v.name
-                if acc_dt == torch.bool and v.dtype != torch.bool:
-                    val = f"tp_bool_from_mask({v} != {_vt(v.dtype)}(0))"
-                if mode in ("tail", "tail1"):
-                    val = f"tp::where(tp_tail_mask<{CTYPE[acc_dt]}>(n), {val}, {_vt(acc_dt)}({_identity(rt, acc_dt)}))"
-                out.append(ind * level + f"{acc} = {_COMBINE[rt].format(a=acc, b=val)};")
+            if pl == "reduce":   # column mode: the reduced loop has no tail, every lane is a column
+                out.append(ind * level + _acc_update(n, self._acc_dtype(n), unroll, v, "vec" if self.column else mode))
                 continue
             self.phase_values[n.name] = v
             if n.name in self.locals and n.name not in self.scratch:

@@ -45,7 +45,11 @@
 //                                   with erfcx a polynomial in t = (x-K)/(x+K)
 //   sin cos                  1      vectorised in double precision (3-part pi/2, double-word
 //   tan                      1.5    reduction) for |x| <= 2^28; per-lane libm beyond
-//   asin acos atan sinh cosh asinh acosh atanh cbrt lgamma atan2 hypot nextafter pow fmod
+//   sinh cosh                1      vectorised: Taylor polynomial (sinh, |x| < 1), else e^|x| as a
+//                                   double-word and one correctly rounded e^-|x| term
+//   hypot                    1      vectorised: float in double; double scaled, double-word a^2+b^2,
+//                                   corrected sqrt
+//   asin acos atan asinh acosh atanh cbrt lgamma atan2 nextafter pow fmod
 //                            libm   per-lane calls to std:: (glibc: <= 1-4 ulp, cbrt ~3)
 // Subnormal inputs and results are handled (never flushed to zero).  Polynomial coefficients were
 // fitted for this file with a weighted Remez exchange (mpmath) and are stored as exact hex literals.
@@ -53,7 +57,7 @@
 // INTEGERS.  + - * and unary - wrap (two's complement, computed unsigned: no UB).  / and % are C
 // truncating division that never traps: x/0 == 0, x%0 == 0, INT_MIN/-1 == INT_MIN.
 // floordiv/remainder follow Python/torch floor semantics (same zero-division convention; eager
-// torch raises ZeroDivisionError instead).  << and >> follow torch: shift counts < 0 or >= bit
+// torch raises ZeroDivisionError instead: Stax kernels check divisors, see stax_kernel.h).  << and >> follow torch: shift counts < 0 or >= bit
 // width give 0 (<<) or the sign fill (>>).  cast float->int truncates (C); out-of-range and NaN
 // give the x86 "integer indefinite" value (INT_MIN), like torch on x86.
 // ---------------------------------------------------------------------------------------------
@@ -867,6 +871,154 @@ template <typename T> TP_INLINE T reduce_max(const Vec<T>& v) { return detail::r
 template <typename T> TP_INLINE T reduce_min(const Vec<T>& v) { return detail::reduce_tree(v, detail::smin<T>); }
 
 // =============================================================================================
+// reduction accumulators of the Stax code generator (argmax/argmin, Welford).  Section owned by
+// the reductions work; the generated kernel keeps UNROLL accumulators per reduction, updates
+// each lane with one element per iteration and combines accumulators, then lanes, at the end.
+// =============================================================================================
+// ArgAcc<T>: per lane, the best value seen and its flat index in the reduced row.  The order on
+// (value, index) pairs is total: a pair beats another if its value is more extreme (NaN is the
+// most extreme: torch's max/argmax propagate NaN), or the values are equal (both NaN included)
+// and its index is smaller.  Any combination order therefore gives torch's answer: the first
+// index of the extreme value, the first NaN if there is one.  Lanes that never saw an element
+// hold (identity, INT64_MAX) and lose every tie against a real element.
+template <typename T>
+struct ArgAcc {
+    Vec<T> val;
+    Vec<int64_t> idx;
+};
+namespace detail {
+template <bool IsMax, typename T>
+TP_INLINE Mask arg_beats(const Vec<T>& v, const Vec<int64_t>& i, const Vec<T>& bv, const Vec<int64_t>& bi) {
+    const Mask earlier = Mask(i < bi);
+    const Mask better = IsMax ? Mask(v > bv) : Mask(v < bv);
+    Mask m = better | (Mask(v == bv) & earlier);
+    if constexpr (std::is_floating_point<T>::value) {
+        const Mask vn = Mask(v != v), bn = Mask(bv != bv);
+        m = (m & ~bn) | (vn & ~bn) | (vn & bn & earlier);
+    }
+    return m;
+}
+}  // namespace detail
+template <bool IsMax, typename T>
+TP_INLINE ArgAcc<T> arg_identity() {
+    const T id = std::is_floating_point<T>::value
+                     ? (IsMax ? -std::numeric_limits<T>::infinity() : std::numeric_limits<T>::infinity())
+                     : (IsMax ? std::numeric_limits<T>::lowest() : std::numeric_limits<T>::max());
+    return ArgAcc<T>{Vec<T>(id), Vec<int64_t>(std::numeric_limits<int64_t>::max())};
+}
+// fold element (v, i) into acc, in the lanes where `m` is set (the tail mask; all lanes otherwise)
+template <bool IsMax, typename T>
+TP_INLINE void arg_update(ArgAcc<T>& acc, const Vec<T>& v, const Vec<int64_t>& i, Mask m = Mask(true)) {
+    const Mask take = m & detail::arg_beats<IsMax>(v, i, acc.val, acc.idx);
+    acc.val = where(take, v, acc.val);
+    acc.idx = where(take, i, acc.idx);
+}
+template <bool IsMax, typename T>
+TP_INLINE ArgAcc<T> arg_combine(ArgAcc<T> a, const ArgAcc<T>& b) {
+    arg_update<IsMax>(a, b.val, b.idx);
+    return a;
+}
+// the winning (value, index) over the lanes
+template <bool IsMax, typename T>
+TP_INLINE void arg_reduce(const ArgAcc<T>& a, T& val, int64_t& idx) {
+    val = a.val[0];
+    idx = a.idx[0];
+    for (int k = 1; k < kLanes; ++k) {
+        const T v = a.val[k];
+        const int64_t i = a.idx[k];
+        bool beats = IsMax ? (v > val) : (v < val);
+        beats = beats || (v == val && i < idx);
+        if constexpr (std::is_floating_point<T>::value) {
+            const bool vn = v != v, bn = val != val;
+            beats = (beats && !bn) || (vn && !bn) || (vn && bn && i < idx);
+        }
+        if (beats) { val = v; idx = i; }
+    }
+}
+
+// WelfordAcc<T>: per lane, the count n, mean and m2 = sum (x - mean)^2 of the elements seen
+// (Welford's update: n += 1; d = x - mean; mean += d / n; m2 += d * (x - mean)).  Accumulators and
+// lanes are merged with Chan et al.'s pairwise formula:
+//     n = na + nb;  d = mb - ma;  mean = ma + d * (nb / n);  m2 = m2a + m2b + d^2 * na * (nb / n).
+// Error bound (Chan, Golub & LeVeque 1983, for the updating algorithm; u = unit roundoff):
+//     |m2_computed - m2| <= c * (n' + log2(lanes)) * kappa * u * m2,   kappa = sqrt(1 + mean^2 / var)
+// with n' = n / (UNROLL * lanes) the elements each lane folds in (the lanes and accumulators are
+// merged pairwise).  It grows with kappa, not kappa^2 like the naive sum(x^2) - n mean^2, which
+// loses every digit once mean^2 / var > 1/u (e.g. 1e4 + randn in float32).  docs/stax.md, Numerics.
+// While every lane has seen the same number of elements (no masked update yet: the common case
+// of one inner loop, whose tail comes last), the count is one scalar and the update multiplies
+// by its reciprocal instead of dividing every lane (a vector division costs 2-4x a multiply).
+template <typename T>
+struct WelfordAcc {
+    Vec<T> mean, m2, n;     // all zero; n (per-lane counts) is used once the lanes differ
+    T count = T(0);         // the count of every lane while `uniform`
+    bool uniform = true;
+    TP_INLINE Vec<T> counts() const { return uniform ? Vec<T>(count) : n; }
+};
+template <typename T>
+TP_INLINE void welford_update(WelfordAcc<T>& a, const Vec<T>& x) {
+    const Vec<T> d = x - a.mean;
+    if (a.uniform) {
+        a.count += T(1);
+        a.mean = a.mean + d * Vec<T>(T(1) / a.count);
+    } else {
+        a.n = a.n + Vec<T>(T(1));
+        a.mean = a.mean + d / a.n;
+    }
+    a.m2 = a.m2 + d * (x - a.mean);
+}
+// update only the lanes where m is set (masked tail)
+template <typename T>
+TP_INLINE void welford_update(WelfordAcc<T>& a, const Vec<T>& x, Mask m) {
+    if (a.uniform) {
+        a.n = Vec<T>(a.count);
+        a.uniform = false;
+    }
+    const Vec<T> zero(T(0)), one(T(1));
+    a.n = a.n + where(m, one, zero);
+    const Vec<T> d = where(m, x - a.mean, zero);
+    a.mean = a.mean + d / where(m, a.n, one);
+    a.m2 = a.m2 + where(m, d * (x - a.mean), zero);
+}
+template <typename T>
+TP_INLINE WelfordAcc<T> welford_combine(const WelfordAcc<T>& a, const WelfordAcc<T>& b) {
+    const Vec<T> zero(T(0));
+    const Vec<T> na = a.counts(), nb = b.counts();
+    WelfordAcc<T> r;
+    r.uniform = false;
+    r.n = na + nb;
+    const Vec<T> wb = where(r.n == zero, zero, nb / r.n);   // empty + empty stays empty
+    const Vec<T> d = b.mean - a.mean;
+    r.mean = a.mean + d * wb;
+    r.m2 = a.m2 + b.m2 + d * d * na * wb;
+    // a lane that holds nothing must not turn the other's state into NaN (0 * inf)
+    r.mean = where(nb == zero, a.mean, where(na == zero, b.mean, r.mean));
+    r.m2 = where(nb == zero, a.m2, where(na == zero, b.m2, r.m2));
+    return r;
+}
+// merge the lanes pairwise (lane i with lane i + size/2, halving): (mean, m2, n) of the row
+template <typename T>
+TP_INLINE void welford_reduce(const WelfordAcc<T>& a, T& mean, T& m2, T& n) {
+    T mu[kLanes], q[kLanes], c[kLanes];
+    a.mean.store(mu);
+    a.m2.store(q);
+    a.counts().store(c);
+    for (int s = kLanes / 2; s > 0; s /= 2)
+        for (int i = 0; i < s; ++i) {
+            const T na = c[i], nb = c[i + s], nn = na + nb;
+            if (nb == T(0)) continue;
+            if (na == T(0)) { mu[i] = mu[i + s]; q[i] = q[i + s]; c[i] = nb; continue; }
+            const T w = nb / nn, d = mu[i + s] - mu[i];
+            mu[i] = mu[i] + d * w;
+            q[i] = q[i] + q[i + s] + d * d * na * w;
+            c[i] = nn;
+        }
+    mean = mu[0];
+    m2 = q[0];
+    n = c[0];
+}
+
+// =============================================================================================
 // division helpers with torch semantics
 // =============================================================================================
 namespace detail {
@@ -1527,6 +1679,88 @@ TP_INLINE detail::if_float<T> cos(const Vec<T>& x) { return detail::trig<1>(x); 
 template <typename T>
 TP_INLINE detail::if_float<T> tan(const Vec<T>& x) { return detail::trig<2>(x); }
 
+// ---- sinh, cosh, hypot ---------------------------------------------------------------------------
+namespace detail {
+// sinh(x) = x + x^3 S(x^2) for |x| < 1: Taylor coefficients 1/3!, 1/5!, ... (the truncation error
+// is below 2^-29 (float) / 2^-57 (double) of |x|)
+template <typename T> struct hyp;
+template <> struct hyp<float> {
+    static constexpr float sinh_p[] = {0x1.555556p-3f, 0x1.111112p-7f, 0x1.a01a02p-13f, 0x1.71de3ap-19f,
+                                       0x1.ae6456p-26f};
+};
+template <> struct hyp<double> {
+    static constexpr double sinh_p[] = {0x1.5555555555555p-3,  0x1.1111111111111p-7,  0x1.a01a01a01a01ap-13,
+                                        0x1.71de3a556c734p-19, 0x1.ae64567f544e4p-26, 0x1.6124613a86d09p-33,
+                                        0x1.ae7f3e733b81fp-41, 0x1.952c77030ad4ap-49};
+};
+// e^|x| / 2 +- e^-|x| / 2 for |x| >= 0 with one final rounding: e^|x| = (h + l) 2^n (n >= 0) as in
+// exp_dw_unscaled, e^-|x| = 2^-n r with r = 2^-2n/(h + l) rounded once (r <= h: Fast2Sum), then
+// scaled by 2^(n-1).  |x| is clamped a little beyond the overflow threshold (inf comes out).
+template <bool Plus, typename T>
+TP_INLINE Vec<T> cosh_sinh_big(const Vec<T>& a0) {
+    using F = fp<T>;
+    using I = typename F::I;
+    const Vec<T> one(T(1));
+    Vec<T> a = clamp_keep_nan(a0, T(0), F::exp_hi + T(1));
+    Vec<T> n, r, c;
+    ivec<T> ni;
+    exp_reduce(a, n, ni, r, c);
+    Vec<T> h0 = one + r;
+    Vec<T> l0 = ((one - h0) + r) + exp_tail(r, c);
+    Vec<T> h = h0 + l0, l = l0 - (h - h0);
+    // 2^-2n with n capped where the e^-|x| term no longer matters (keeps the exponent in range)
+    const ivec<T> cap(I(F::mant / 2 + 4));
+    Vec<T> p2 = pow2i<T>(-(where(ni < cap, ni, cap) + where(ni < cap, ni, cap)));
+    Vec<T> rr = div_dw(p2, Vec<T>(T(0)), h, l, one / h);
+    Vec<T> s = Plus ? h + rr : h - rr;
+    Vec<T> t = (Plus ? (h - s) + rr : (h - s) - rr) + l;
+    return ldexp_split(s + t, ni - ivec<T>(I(1)));
+}
+}  // namespace detail
+
+template <typename T>
+TP_INLINE detail::if_float<T> sinh(const Vec<T>& x) {
+    Vec<T> small = detail::mla(x * (x * x), detail::horner(x * x, detail::hyp<T>::sinh_p), x);   // keeps -0
+    Vec<T> big = copysign(detail::cosh_sinh_big<false>(abs(x)), x);
+    return where(abs(x) < Vec<T>(T(1)), small, big);
+}
+template <typename T>
+TP_INLINE detail::if_float<T> cosh(const Vec<T>& x) {
+    return detail::cosh_sinh_big<true>(abs(x));
+}
+// hypot: float lanes exactly in double (x^2 + y^2 has one rounding, then sqrt: correctly rounded but
+// for rare double roundings); double lanes scaled by a power of two so that the larger operand lies
+// in [1, 2), a^2 + b^2 as a double-word and one corrected square root.  inf wins over NaN (IEEE).
+template <typename T>
+TP_INLINE detail::if_float<T> hypot(const Vec<T>& x, const Vec<T>& y) {
+    Vec<T> r;
+    if constexpr (std::is_same<T, float>::value) {
+        Vec<double> a = cast<double>(x), b = cast<double>(y);
+        r = cast<float>(sqrt(detail::mla(a, a, b * b)));   // a^2, b^2 exact: fma or not, same bits
+    } else {
+        using I = int64_t;
+        Vec<double> ax = abs(x), ay = abs(y);
+        Vec<double> a = maximum(ax, ay), b = minimum(ax, ay);
+        // a = A 2^e, b = B 2^e with A in [1, 2) (e clamped to +-1000: subnormal a gives a smaller A,
+        // inf/NaN stay inf/NaN); both scalings are exact or negligible (B^2 << ulp(A^2))
+        Vec<I> e = detail::sra_c<52>(bitcast<I>(a)) - Vec<I>(I(1023));
+        e = where(e > Vec<I>(I(1000)), Vec<I>(I(1000)), where(e < Vec<I>(I(-1000)), Vec<I>(I(-1000)), e));
+        Vec<double> sc = detail::pow2i<double>(-e);
+        Vec<double> A = a * sc, B = b * sc;
+        Vec<double> ah, al, bh, bl;
+        detail::two_prod(A, A, ah, al);
+        detail::two_prod(B, B, bh, bl);
+        Vec<double> sh = ah + bh;                       // ah >= bh: Fast2Sum
+        Vec<double> sl = ((ah - sh) + bh) + (al + bl);
+        Vec<double> q = sqrt(sh);                       // then one Newton correction with the
+        Vec<double> qh, ql;                             // exact remainder sh + sl - q^2
+        detail::two_prod(q, q, qh, ql);
+        Vec<double> corr = (((sh - qh) - ql) + sl) / (q + q);
+        r = where(b == Vec<double>(0.0), a, detail::ldexp_split(q + corr, e));
+    }
+    return where(isinf(x) | isinf(y), detail::infinity<T>(), r);
+}
+
 // ---- per-lane libm (no vector version; see the table at the top) -----------------------------
 #define TP_LIBM_UNARY(NAME)                                                               \
     template <typename T>                                                                 \
@@ -1536,8 +1770,6 @@ TP_INLINE detail::if_float<T> tan(const Vec<T>& x) { return detail::trig<2>(x); 
 TP_LIBM_UNARY(asin)
 TP_LIBM_UNARY(acos)
 TP_LIBM_UNARY(atan)
-TP_LIBM_UNARY(sinh)
-TP_LIBM_UNARY(cosh)
 TP_LIBM_UNARY(asinh)
 TP_LIBM_UNARY(acosh)
 TP_LIBM_UNARY(atanh)
@@ -1550,7 +1782,6 @@ TP_LIBM_UNARY(lgamma)
         return map(a, b, [](T u, T v) { return std::NAME(u, v); });                       \
     }
 TP_LIBM_BINARY(atan2)
-TP_LIBM_BINARY(hypot)
 TP_LIBM_BINARY(nextafter)
 #undef TP_LIBM_BINARY
 

@@ -4,7 +4,18 @@ Variants, interleaved in one run (§13.1): tp eager; tp.compile via the first-le
 tensor objects each call, §2.4); tp.compile with fresh tensors each call (key + guards); torch
 eager; torch.compile (same tensors).  Target: first-level entry ≤ 5 µs.
 
-    python benchmarks/call_overhead.py [--number 20000] [--repeats 15] [--backend eager]
+With the Stax backend the same variants also run with ``options={"stax.cpp_wrapper": True}`` (one
+C++ entry per graph, codegen/cpp_wrapper.py), and the generated modules' ``call(args)`` is timed
+directly for both wrappers ("wrapper only": guard checks, allocation, the foreign call(s), no
+front end).  Ratios are paired: reading i of a variant over reading i of the reference variant
+(interleaved, so both saw the same machine), median [95% CI] over the readings.
+
+``--mechanisms`` times only the foreign call of the C++ wrapper's entry (two data pointers), by
+each way of making it: the call extension (what the wrapper uses), ctypes building the pointer
+array per call, ctypes filling a preallocated array, ctypes with the pointers as two ``c_void_p``
+arguments wrapped per call (what the Python wrapper does per kernel, ``runtime.ptr``).
+
+    python benchmarks/call_overhead.py [--number 20000] [--repeats 15] [--backend eager] [--mechanisms]
 """
 from __future__ import annotations
 
@@ -22,7 +33,10 @@ def main(argv=None):
     p.add_argument("--repeats", type=int, default=15)
     p.add_argument("--backend", default="stax")
     p.add_argument("--no-torch-compile", action="store_true")
+    p.add_argument("--mechanisms", action="store_true", help="time only the ways of calling a C++ entry")
     a = p.parse_args(argv)
+    if a.mechanisms:
+        return call_mechanisms(a.repeats, a.number)
 
     def f(x):
         return x * 2 + 1
@@ -31,16 +45,10 @@ def main(argv=None):
     x = tp.from_torch(xt.clone())
     fresh = [tp.from_torch(torch.randn(8)) for _ in range(64)]
     cf = tp.compile(f, backend=a.backend)
-    cf(x)
-    cf(fresh[0])
-    it = [0]
-
-    def fresh_call():
-        it[0] = (it[0] + 1) & 63
-        return cf(fresh[it[0]])
-
     fns = {"tp eager": lambda: f(x), "tp.compile first-level": lambda: cf(x),
-           "tp.compile fresh tensors": fresh_call, "torch eager": lambda: f(xt)}
+           "tp.compile fresh tensors": _fresh_caller(cf, x, fresh), "torch eager": lambda: f(xt)}
+    if a.backend == "stax":
+        fns.update(_cpp_wrapper_variants(f, cf, x, fresh))
     if not a.no_torch_compile:
         try:
             tc = torch.compile(f)
@@ -56,8 +64,92 @@ def main(argv=None):
     print(f"machine: {machine_description()}")
     print(f"f(x) = x * 2 + 1 on 8 float32; {a.repeats} interleaved readings x {a.number} calls; µs per call\n")
     print(format_table(rows, ["variant", "median", "95% CI", "min"]))
+    for ref, others in (("tp.compile first-level", ("C++ wrapper first-level", "torch eager", "torch.compile")),
+                        ("Python wrapper only", ("C++ wrapper only",))):
+        if ref in r:
+            print(f"\npaired ratios to {ref!r} (median [95% CI]):")
+            for k in others:
+                if k in r:
+                    lo, med, hi = paired_ratio(r[k].times, r[ref].times)
+                    print(f"  {k}: {med:.3f} [{lo:.3f}, {hi:.3f}]")
     print(f"\ncounters: {cf.counters}")
     return r
+
+
+def call_mechanisms(repeats, number):
+    """ns per foreign call of one C++ entry with two data pointers, interleaved."""
+    import ctypes
+
+    from tensorplay.compiler.backends.stax.codegen.cpp_wrapper import load_call_extension
+    x = tp.from_torch(torch.randn(8))
+    cc = tp.compile(lambda x: x * 2 + 1, options={"stax.cpp_wrapper": True})
+    cc(x)
+    cc(x)
+    mod = cc._cache[0].artifact.module
+    ext, addr = load_call_extension(), mod._entry0
+    if ext is None:
+        raise SystemExit("the call extension is not available")
+    src, out = x._data, torch.empty(8)
+    p0, p1 = src.data_ptr(), out.data_ptr()
+    fn = getattr(mod.graph_lib, "stax_entry0")
+    fn.restype, fn.argtypes = None, [ctypes.c_void_p]
+    cp = tp.compile(lambda x: x * 2 + 1)   # the Python wrapper's kernel0(const float*, float*)
+    cp(x)
+    cp(x)
+    fn2 = cp._cache[0].artifact.module.kernel0
+    Arr = ctypes.c_void_p * 2
+    arr = Arr()
+
+    def prealloc():
+        arr[0] = p0
+        arr[1] = p1
+        fn(arr)
+    fns = {"extension call(entry, p0, p1)": lambda: ext(addr, p0, p1),
+           "ctypes, array built per call": lambda: fn(Arr(p0, p1)),
+           "ctypes, preallocated array": prealloc,
+           "ctypes kernel, two c_void_p per call": lambda: fn2(ctypes.c_void_p(p0), ctypes.c_void_p(p1)),
+           "two data_ptr() calls (for scale)": lambda: (src.data_ptr(), out.data_ptr())}
+    r = compare(fns, repeats=repeats, number=number, warmup=100)
+    rows = [(k, f"{s.median * 1e9:.0f}", f"[{s.ci[0] * 1e9:.0f}, {s.ci[1] * 1e9:.0f}]") for k, s in r.items()]
+    print(f"machine: {machine_description()}")
+    print(f"one foreign call of a C++ entry, 2 data pointers; {repeats} interleaved readings x {number}; ns\n")
+    print(format_table(rows, ["mechanism", "median", "95% CI"]))
+    assert torch.equal(out, src * 2 + 1)
+    return r
+
+
+def _fresh_caller(cf, x, fresh):
+    """Compile ``cf`` for x (first call) and return a call with a different fresh tensor each time."""
+    cf(x)
+    cf(fresh[0])
+    it = [0]
+
+    def fresh_call():
+        it[0] = (it[0] + 1) & 63
+        return cf(fresh[it[0]])
+    return fresh_call
+
+
+def paired_ratio(xs, ys):
+    """(lo, median, hi) of the per-reading ratios x_i / y_i (Prop. 13.2 interval)."""
+    from tensorplay.utils.benchmark import median_ci
+    rs = sorted(x / y for x, y in zip(xs, ys))
+    n = len(rs)
+    med = rs[n // 2] if n % 2 else 0.5 * (rs[n // 2 - 1] + rs[n // 2])
+    lo, hi, _ = median_ci(rs)
+    return lo, med, hi
+
+
+def _cpp_wrapper_variants(f, cf, x, fresh):
+    """The C++-wrapper variants, and both generated modules' ``call`` timed directly."""
+    cc = tp.compile(f, options={"stax.cpp_wrapper": True})
+    fresh_call = _fresh_caller(cc, x, fresh)
+    py_call = cf._cache[0].artifact.module.call
+    cpp_call = cc._cache[0].artifact.module.call
+    assert "stax_entry0" in cc._cache[0].artifact.source, "the C++ wrapper was not used"
+    data = x._data
+    return {"C++ wrapper first-level": lambda: cc(x), "C++ wrapper fresh tensors": fresh_call,
+            "Python wrapper only": lambda: py_call([data]), "C++ wrapper only": lambda: cpp_call([data])}
 
 
 if __name__ == "__main__":

@@ -11,16 +11,18 @@ Read in pipeline order:
   codegen/cpp.py      one C++ function per fused group (tp::Vec vectors, OpenMP)
   codegen/cpp_prelude.h, codegen/stax_kernel.h   the vector library the kernels use
   codegen/wrapper.py  the generated Python ``call(args)`` module
+  codegen/cpp_wrapper.py  option stax.cpp_wrapper: one C++ unit, one foreign call per graph
   codecache.py        content-addressed disk cache (TP_CACHE_DIR), g++, file locks
   async_compile.py    parallel compilation of a wrapper's kernels
+  debug.py            TP_STAX_DEBUG dumps of every stage (loop IR, schedule, code)
 
-``stax_backend(gm, example_inputs)`` is registered as the ``"stax"`` backend.  Regions that need
-autograd (an input requires grad with grad mode on) run op by op until AOT autograd lands.
+``stax_backend(gm, example_inputs)`` is registered as the ``"stax"`` backend.  Training regions (an
+input requires grad with grad mode on) go through AOT autograd (compiler/aot, docs/aot.md): the
+forward and backward graphs are both compiled by this backend.
 """
 from __future__ import annotations
 
 from ...._tensor import Tensor, _wrap
-from ....autograd import grad_mode
 
 __all__ = ["stax_backend", "StaxStrictError", "compile_graph"]
 
@@ -29,8 +31,9 @@ class StaxStrictError(RuntimeError):
     """strict_native=True and some op would not run as a Stax kernel."""
 
 
-def compile_graph(gm, example_inputs):
-    """Lower, schedule and generate code; returns (wrapper source, graph, scheduler, kernels)."""
+def compile_graph(gm, example_inputs, cpp_wrapper=False):
+    """Lower, schedule and generate code; returns (wrapper source, graph, scheduler, kernels).
+    ``cpp_wrapper``: one C++ translation unit and entry for the kernels (codegen/cpp_wrapper.py)."""
     from .codegen.cpp import generate_kernel
     from .codegen.wrapper import generate_wrapper
     from .lowering import GraphLowering
@@ -49,31 +52,48 @@ def compile_graph(gm, example_inputs):
             name = f"kernel{len(kernels)}"
             src, params = generate_kernel(sched, g, name)
             kernels[id(g)] = (name, src, params)
-        src, materialized = generate_wrapper(graph, sched, kernels)
+        if cpp_wrapper:
+            from .codegen.cpp_wrapper import generate_cpp_wrapper
+            src, materialized = generate_cpp_wrapper(graph, sched, kernels)
+        else:
+            src, materialized = generate_wrapper(graph, sched, kernels)
+        from .debug import emit
+        emit(gm, graph, sched, kernels, src)      # TP_STAX_DEBUG=ir,schedule,code
     finally:
         V.graph = prev
     return src, graph, sched, materialized
 
 
+def _check_native(gm, example_inputs):
+    """strict_native for a lazily compiled graph (the AOT backward): lower it now (no C++ build)
+    and raise if some op would fall back."""
+    graph = compile_graph(gm, example_inputs)[1]
+    if graph.fallbacks:
+        listing = "\n".join(f"  {name}: {why}" for name, why in graph.fallbacks)
+        raise StaxStrictError(f"strict_native=True: {len(graph.fallbacks)} op(s) of the backward graph have no Stax "
+                              f"kernel:\n{listing}")
+
+
 def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw):
-    needs_autograd = grad_mode.is_grad_enabled() and any(
-        isinstance(t, Tensor) and t.requires_grad for t in example_inputs)
-    if needs_autograd:
-        if strict_native:
-            raise StaxStrictError("strict_native=True: this region needs autograd, which Stax does not compile "
-                                  "yet (AOT autograd is a later issue); it would run op by op")
-        from ..eager import eager_backend
-        return eager_backend(gm, example_inputs)
+    from ...aot import aot_backend, is_training_region
+    if is_training_region(example_inputs):
+        # training region (docs/aot.md): joint graph -> partition -> both graphs through this backend
+        def native(g, example):
+            return stax_backend(g, example, options=options, strict_native=strict_native, **kw)
+        return aot_backend(gm, example_inputs, fw_compiler=native, options=options, strict_native=strict_native,
+                           check_native=_check_native if strict_native else None)
     if any(isinstance(t, Tensor) and t.device.type != "cpu" for t in example_inputs):
         raise StaxStrictError("the Stax CPU backend got a non-CPU tensor (the GPU backend is a later issue)")
-    src, graph, sched, materialized = compile_graph(gm, example_inputs)
-    if strict_native and graph.fallbacks:
-        listing = "\n".join(f"  {name}: {why}" for name, why in graph.fallbacks)
-        raise StaxStrictError(f"strict_native=True: {len(graph.fallbacks)} op(s) have no Stax kernel and would run "
-                              f"in eager (TP_STAX_LOWER_DEBUG=1 lists them):\n{listing}")
     from . import codecache
+    rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
+    fallbacks = [tuple(f) for f in rec["fallbacks"]]
+    if strict_native and fallbacks:
+        listing = "\n".join(f"  {name}: {why}" for name, why in fallbacks)
+        raise StaxStrictError(f"strict_native=True: {len(fallbacks)} op(s) have no Stax kernel and would run "
+                              f"in eager (TP_STAX_LOWER_DEBUG=1 lists them):\n{listing}")
+    src = rec["source"]
     mod = codecache.load_py(src)
-    mod.constants.update(graph.constants)
+    mod.constants.update(constants)
     call = mod.call
     wrap = _wrap
 
@@ -81,13 +101,31 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         outs = call([a._data for a in args])
         return tuple(wrap(o) for o in outs)
     run.source = src
-    run.materialized = materialized
-    outs = {o.name if hasattr(o, "name") else None for o in graph.outputs}
-    run.intermediate_bytes = sum(2 * b.layout.numel * b.layout.dtype.itemsize for b in graph.buffers
-                                 if b.name in materialized and b.name not in outs)
-    run.fallbacks = list(graph.fallbacks)
+    run.materialized = set(rec["materialized"])
+    run.intermediate_bytes = rec["intermediate_bytes"]
+    run.fallbacks = fallbacks
     run.module = mod
     return run
+
+
+def _compiled_graph(gm, example_inputs, cpp_wrapper):
+    """(record, constants): the wrapper source and facts of a graph, from the graph cache (a warm
+    process does no lowering and no code generation) or compiled now and stored
+    (codecache.graph_key); the constant tensors its ``call`` reads."""
+    from . import codecache
+    key = codecache.graph_key(gm, example_inputs, cpp_wrapper=cpp_wrapper)
+    rec = codecache.load_graph(key)
+    if rec is not None:
+        return rec, codecache.graph_constants(gm)
+    src, graph, sched, materialized = compile_graph(gm, example_inputs, cpp_wrapper)
+    outs = {o.name if hasattr(o, "name") else None for o in graph.outputs}
+    rec = {"source": src, "materialized": sorted(materialized), "fallbacks": [list(f) for f in graph.fallbacks],
+           "intermediate_bytes": sum(2 * b.layout.numel * b.layout.dtype.itemsize for b in graph.buffers
+                                     if b.name in materialized and b.name not in outs)}
+    consts = codecache.graph_constants(gm)
+    if list(consts) == list(graph.constants) and all(consts[k] is graph.constants[k] for k in consts):
+        codecache.save_graph(key, rec)   # only when a hit would rebuild the same constants
+    return rec, graph.constants
 
 
 def _register():

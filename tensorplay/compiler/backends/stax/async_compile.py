@@ -20,6 +20,10 @@ Environment: ``TP_COMPILE_THREADS`` = pool size (default ``os.cpu_count()``); ``
 synchronously inside ``cpp`` (errors are then raised there, which is convenient for debugging).
 Cache hits never reach the pool: a kernel already loaded in this process resolves immediately, and
 one on disk costs a checksum and a ``dlopen`` in a worker.
+
+The C++ wrapper (codegen/cpp_wrapper.py) compiles one translation unit per graph with
+:meth:`AsyncCompile.cpp_library` (the placeholder resolves to the whole library, not one function)
+and builds its call extension concurrently with :meth:`AsyncCompile.submit`.
 """
 from __future__ import annotations
 
@@ -86,10 +90,11 @@ if hasattr(os, "register_at_fork"):
 class CppKernelFuture:
     """Placeholder for a kernel being compiled; :meth:`result` gives the ctypes function."""
 
-    __slots__ = ("name", "source", "isa", "_future", "_fn")
+    __slots__ = ("name", "source", "isa", "_future", "_fn", "extra", "whole")
 
-    def __init__(self, name: str, source: str, isa: str, future: Future):
+    def __init__(self, name: str, source: str, isa: str, future: Future, extra=(), whole=False):
         self.name, self.source, self.isa, self._future, self._fn = name, source, isa, future, None
+        self.extra, self.whole = tuple(extra), whole   # whole: resolve to the library itself
 
     def done(self) -> bool:
         return self._future.done()
@@ -107,16 +112,22 @@ class CppKernelFuture:
         except Exception as e:
             raise CppCompileError(f"compiling failed: {type(e).__name__}: {e}",
                                   kernel_name=self.name) from e
+        if self.whole:
+            self._fn = lib
+            return lib
         try:
             fn = getattr(lib, self.name)
         except AttributeError:
-            key = codecache.cpp_key(self.source, self.isa)
+            key = codecache.cpp_key(self.source, self.isa, self.extra)
             raise CppCompileError(
                 f"the compiled library has no function {self.name!r} "
                 f"(is it declared extern \"C\"?)",
                 source_path=codecache.entry_dir(key) / "kernel.cpp",
                 kernel_name=self.name) from None
         fn.restype = None
+        if "tp_report_error(" in self.source:   # the kernel can fail at run time (stax_kernel.h)
+            from .runtime import checked_kernel
+            fn = checked_kernel(fn, lib)
         self._fn = fn
         return fn
 
@@ -132,27 +143,48 @@ class CppKernelFuture:
 class AsyncCompile:
     """Submit kernels with :meth:`cpp`, then resolve them all with :meth:`wait`."""
 
-    def cpp(self, source: str, name: str) -> CppKernelFuture:
-        """Start compiling ``source`` (which defines ``extern "C" void <name>(...)``)."""
+    def cpp(self, source: str, name: str, *, extra=(), whole: bool = False) -> CppKernelFuture:
+        """Start compiling ``source`` (which defines ``extern "C" void <name>(...)``).
+
+        ``extra``: additional compile flags (part of the key); ``whole=True``: the placeholder
+        resolves to the loaded library (``name`` then only labels errors)."""
         isa = codecache.cpu_isa()  # resolved here, once, not by racing workers
         fut: Future = Future()
         n = compile_threads()
         if n == 0:
             try:
-                fut.set_result(codecache.load_cpp(source, isa))
+                fut.set_result(codecache.load_cpp(source, isa, extra))
             except BaseException as e:  # noqa: BLE001 - re-raised just below with the name
                 fut.set_exception(e)
-            ph = CppKernelFuture(name, source, isa, fut)
+            ph = CppKernelFuture(name, source, isa, fut, extra, whole)
             ph.result()  # synchronous mode: raise now, at the kernel's line in the wrapper
             return ph
-        key = codecache.cpp_key(source, isa)
+        key = codecache.cpp_key(source, isa, extra)
         lib = codecache._libs.get(key)
         if lib is not None:  # already loaded in this process: no trip through the pool
             codecache._count("cpp_hits")
             fut.set_result(lib)
         else:
-            fut = _get_pool(n).submit(codecache.load_cpp, source, isa)
-        return CppKernelFuture(name, source, isa, fut)
+            fut = _get_pool(n).submit(codecache.load_cpp, source, isa, extra)
+        return CppKernelFuture(name, source, isa, fut, extra, whole)
+
+    def cpp_library(self, source: str, label: str, *, extra=()) -> CppKernelFuture:
+        """Like :meth:`cpp`, but :meth:`wait` puts the loaded library (a ``ctypes.CDLL``) in
+        place of the placeholder: for a translation unit with several entry points."""
+        return self.cpp(source, label, extra=extra, whole=True)
+
+    def submit(self, fn, *args) -> Future:
+        """Run ``fn(*args)`` in the compile pool (synchronously with ``TP_COMPILE_THREADS=0``);
+        returns a ``concurrent.futures.Future``, which :meth:`wait` leaves alone."""
+        n = compile_threads()
+        if n == 0:
+            fut: Future = Future()
+            try:
+                fut.set_result(fn(*args))
+            except BaseException as e:  # noqa: BLE001 - delivered by fut.result()
+                fut.set_exception(e)
+            return fut
+        return _get_pool(n).submit(fn, *args)
 
     def wait(self, scope: dict) -> None:
         """Replace every :class:`CppKernelFuture` value in ``scope`` (e.g. ``globals()``) by its

@@ -20,6 +20,7 @@ Layout of ``cache_dir()`` (``$TP_CACHE_DIR``; see docs/cache.md)::
     <key[:2]>/<key>/kernel.so           the shared library
     <key[:2]>/<key>/kernel.so.sha256    SHA-256 of kernel.so (truncation/corruption check)
     <key[:2]>/<key>/wrapper.py          a generated Python wrapper module (kernels as strings)
+    <key[:2]>/<key>/graph.json          a compiled graph: its wrapper's source and facts (below)
     probes/                             persisted one-off probes (compiler version, CPU ISA)
 
 Concurrency (several processes, several threads): an entry is written only when missing, always
@@ -29,6 +30,16 @@ the compiler runs once per key however many processes ask at the same time.
 
 A process whose cache is warm never runs the compiler, not even ``--version``: the probes are
 persisted in ``probes/``, keyed by the compiler executable's path and ``stat`` (size, mtime, inode).
+**Compiled graphs** (:func:`graph_key`, :func:`load_graph`, :func:`save_graph`): a new process that
+compiles a graph it compiled before skips Stax's whole Python pipeline (lowering, scheduling, code
+generation -- and the import of sympy they need).  The key hashes the graph's code, the layouts of
+the example inputs, the values of the graph's tensor constants, the wrapper option, torch's
+version and thread count, the ``TP_*`` environment, and the content of every ``.py`` file of the
+tensorplay package (so any change of the compiler is a new key); ``TP_GRAPH_CACHE=0`` turns it off.
+
+Every compiler run goes through :func:`_run_compiler`, which counts it in ``stats["compiler_runs"]``
+and, when ``$TP_COMPILE_LOG`` names a file, appends the command there as one line (tests and
+``benchmarks/compile_time.py`` use it to prove that a warm process runs no compiler).
 """
 from __future__ import annotations
 
@@ -45,13 +56,15 @@ import subprocess
 import sys
 import tempfile
 import threading
+import time
 from contextlib import contextmanager
 from pathlib import Path
 
 __all__ = [
     "cache_dir", "cpu_isa", "isa_flags", "compiler_version", "cpp_compile_command", "cpp_key",
     "load_cpp", "write_py", "load_py", "py_key", "entry_dir", "CppCompileError", "stats",
-    "clear_memo", "ISA_LEVELS",
+    "clear_memo", "ISA_LEVELS", "compile_log_path", "graph_key", "load_graph", "save_graph",
+    "graph_constants",
 ]
 
 #: Bumped when the layout of an entry or the meaning of a key changes (part of every key).
@@ -78,13 +91,34 @@ _BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp",
 PRELUDE_DIR = Path(__file__).resolve().parent / "codegen"
 
 #: In-process counters (tests read them).
-stats = {"cpp_compiles": 0, "cpp_hits": 0, "py_writes": 0}
+stats = {"cpp_compiles": 0, "cpp_hits": 0, "py_writes": 0, "compiler_runs": 0, "graph_hits": 0}
 _stats_lock = threading.Lock()
 
 
 def _count(name: str) -> None:
     with _stats_lock:
         stats[name] = stats.get(name, 0) + 1
+
+
+def compile_log_path() -> Path | None:
+    """``$TP_COMPILE_LOG`` (a file every compiler run is appended to), or None."""
+    env = os.environ.get("TP_COMPILE_LOG")
+    return Path(env) if env else None
+
+
+def _run_compiler(cmd, **kw) -> subprocess.CompletedProcess:
+    """Run the compiler (builds and probes alike): counted, and logged to ``$TP_COMPILE_LOG`` as
+    ``<pid> <seconds> <command>`` (one line per run, written when it ends)."""
+    _count("compiler_runs")
+    log = compile_log_path()
+    t0 = time.perf_counter()
+    try:
+        return subprocess.run(cmd, capture_output=True, text=True, **kw)
+    finally:
+        if log is not None:
+            with open(log, "a", encoding="utf-8") as f:  # one line per write: O_APPEND keeps it whole
+                f.write(f"{os.getpid()} {time.perf_counter() - t0:.4f} "
+                        f"{shlex.join(str(c) for c in cmd)}\n")
 
 
 class CppCompileError(RuntimeError):
@@ -281,7 +315,7 @@ def _compiler_version(cxx: tuple, cache: str) -> str:
     if isinstance(rec, dict) and isinstance(rec.get("version"), str):
         return rec["version"]
     try:
-        proc = subprocess.run([*cxx, "--version"], capture_output=True, text=True, timeout=60)
+        proc = _run_compiler([*cxx, "--version"], timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
         raise CppCompileError(f"cannot run the C++ compiler {shlex.join(cxx)!r} "
                               f"(set TP_CXX): {e}") from e
@@ -349,7 +383,7 @@ def _compiler_accepts(isa: str) -> bool:
         cmd = [*_cxx(), "-O2", "-std=c++17", "-fPIC", "-c", *isa_flags(isa), str(src),
                "-o", str(Path(d) / "probe.o")]
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, timeout=120)
+            proc = _run_compiler(cmd, timeout=120)
         except (OSError, subprocess.SubprocessError):
             return False
         return proc.returncode == 0
@@ -406,10 +440,13 @@ def isa_flags(isa: str) -> list[str]:
 # C++: command, key, build, load
 # --------------------------------------------------------------------------------------------
 
-def cpp_compile_command(src, out, isa: str) -> list[str]:
+def cpp_compile_command(src, out, isa: str, extra=()) -> list[str]:
     """``g++ -O3 -std=c++17 -shared -fPIC -fopenmp -fno-math-errno -fno-trapping-math
-    <isa flags> <$TP_CXXFLAGS> -I<codegen dir> src -o out`` (``$TP_CXX`` replaces ``g++``)."""
-    return [*_cxx(), *_BASE_FLAGS, *isa_flags(isa), *_extra_flags(), f"-I{PRELUDE_DIR}",
+    <isa flags> <$TP_CXXFLAGS> <extra> -I<codegen dir> src -o out`` (``$TP_CXX`` replaces ``g++``).
+
+    ``extra``: flags of one kind of library (e.g. ``-I<Python include dir>`` for the C++ wrapper's
+    call extension); they are part of the key like every other flag."""
+    return [*_cxx(), *_BASE_FLAGS, *isa_flags(isa), *_extra_flags(), *extra, f"-I{PRELUDE_DIR}",
             str(src), "-o", str(out)]
 
 
@@ -436,7 +473,7 @@ def _headers_digest() -> str:
     return digest
 
 
-def cpp_key(source: str, isa: str | None = None) -> str:
+def cpp_key(source: str, isa: str | None = None, extra=()) -> str:
     """SHA-256 (hex) of the source and everything else that determines the library (Prop. 11.1).
 
     The command enters with placeholder paths and without the compiler's path (its identity is
@@ -444,7 +481,7 @@ def cpp_key(source: str, isa: str | None = None) -> str:
     """
     isa = isa or cpu_isa()
     n = len(_cxx())
-    cmd = cpp_compile_command("{src}", "{out}", isa)[n:]
+    cmd = cpp_compile_command("{src}", "{out}", isa, extra)[n:]
     cmd = ["{include}" if c == f"-I{PRELUDE_DIR}" else c for c in cmd]
     native = any("=native" in c for c in cmd)
     return _sha256_parts(CACHE_VERSION, "cpp", source, "\0".join(cmd), compiler_version(),
@@ -464,7 +501,7 @@ def _entry_valid(d: Path) -> bool:
         return False
 
 
-def _build(source: str, isa: str, d: Path) -> None:
+def _build(source: str, isa: str, d: Path, extra=()) -> None:
     """Compile into ``d`` (caller holds the file lock): source, temporary .so, verify, rename."""
     d.mkdir(parents=True, exist_ok=True)
     src = d / "kernel.cpp"
@@ -475,10 +512,10 @@ def _build(source: str, isa: str, d: Path) -> None:
     if not same:
         _atomic_write(src, source)
     tmp = _tmp_name(d / "kernel.so")
-    cmd = cpp_compile_command(src, tmp, isa)
+    cmd = cpp_compile_command(src, tmp, isa, extra)
     try:
         try:
-            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=d)
+            proc = _run_compiler(cmd, cwd=d)
         except OSError as e:
             raise CppCompileError(f"cannot run the C++ compiler: {e}", source_path=src,
                                   cmd=cmd) from e
@@ -508,7 +545,7 @@ def _dlopen(path: Path):
         return None
 
 
-def load_cpp(source: str, isa: str | None = None) -> ctypes.CDLL:
+def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
     """Compile ``source`` (or find it in the cache) and return the loaded library.
 
     Fast path (warm cache): checksum the existing ``kernel.so`` and ``dlopen`` it -- no compiler.
@@ -516,7 +553,7 @@ def load_cpp(source: str, isa: str | None = None) -> ctypes.CDLL:
     library (checksum mismatch, or ``dlopen`` fails) is rebuilt the same way.
     """
     isa = isa or cpu_isa()
-    key = cpp_key(source, isa)
+    key = cpp_key(source, isa, extra)
     lib = _libs.get(key)
     if lib is not None:
         _count("cpp_hits")
@@ -539,7 +576,7 @@ def load_cpp(source: str, isa: str | None = None) -> ctypes.CDLL:
                 if lib is not None:
                     _count("cpp_hits")
                 else:
-                    _build(source, isa, d)
+                    _build(source, isa, d, extra)
                     try:
                         lib = ctypes.CDLL(str(so))
                     except OSError as e:
@@ -607,6 +644,128 @@ def load_py(source: str, kind: str = "wrapper"):
             raise
         _modules[key] = mod
         return mod
+
+
+# --------------------------------------------------------------------------------------------
+# compiled graphs: the wrapper source and its facts, keyed by everything that determines them
+# --------------------------------------------------------------------------------------------
+
+#: TP_* variables that cannot change what Stax generates (all others are part of a graph key).
+_ENV_NOT_KEYED = ("TP_CACHE_DIR", "TP_COMPILE_LOG", "TP_COMPILE_THREADS", "TP_LOG_RECOMPILES",
+                  "TP_TEST_CACHE", "TP_STAX_LOWER_DEBUG", "TP_GRAPH_CACHE")
+
+_package_memo: dict = {}
+
+
+def _package_digest() -> str:
+    """SHA-256 of every ``.py`` file of the tensorplay package (re-hashed when a stat changes)."""
+    root = Path(__file__).resolve().parents[3]
+    files = sorted(root.rglob("*.py"))
+    sig = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in (f.stat(),))
+    digest = _package_memo.get(sig)
+    if digest is None:
+        parts = []
+        for f in files:
+            parts += [str(f.relative_to(root)), f.read_bytes()]
+        digest = _package_memo[sig] = _sha256_parts(*parts)
+    return digest
+
+
+def graph_constants(gm) -> dict:
+    """The tensors a graph reads through ``get_attr``, named ``const0, const1, ...`` in node order
+    (the names the lowering gives them)."""
+    out = {}
+    for node in gm.graph.nodes:
+        if node.op == "get_attr":
+            val = getattr(gm, node.target)
+            d = getattr(val, "_data", val)
+            if _is_tensor(d):
+                out[f"const{len(out)}"] = d
+    return out
+
+
+def _is_tensor(x) -> bool:
+    import torch
+    return isinstance(x, torch.Tensor)
+
+
+def _tensor_sig(t, with_values: bool) -> str:
+    sig = f"{t.dtype}:{t.device}:{tuple(t.shape)}:{tuple(t.stride())}"
+    if with_values:
+        import torch
+        flat = t.detach().cpu().contiguous().reshape(-1)
+        data = flat.view(torch.uint8).numpy().tobytes() if flat.numel() else b""
+        sig += ":" + hashlib.sha256(data).hexdigest()
+    return sig
+
+
+def _knobs() -> dict:
+    """UPPERCASE plain-value globals (heuristic knobs such as ``choices.MAX_INLINE_OPS``) of the
+    Stax modules imported so far, as ``{"module.NAME": repr(value)}``."""
+    prefix = __name__.rsplit(".", 1)[0] + "."
+    out = {}
+    for name, mod in list(sys.modules.items()):
+        if name.startswith(prefix) and mod is not None:
+            out.update((f"{name}.{k}", repr(v)) for k, v in vars(mod).items()
+                       if k.isupper() and isinstance(v, (bool, int, float, str)))
+    return out
+
+
+def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
+    """The key of a compiled graph, or None when the graph cache is off (``TP_GRAPH_CACHE=0``,
+    or ``TP_STAX_LOWER_DEBUG`` asks to see the lowering) or an example input is not a tensor or a
+    plain number.  Heuristic knobs (UPPERCASE globals) are not in the key: :func:`load_graph`
+    compares those of the modules imported in this process with the saved ones.  Other in-process
+    changes of Stax internals are not seen: set ``TP_GRAPH_CACHE=0`` when patching them."""
+    if os.environ.get("TP_GRAPH_CACHE", "1") == "0" or os.environ.get("TP_STAX_LOWER_DEBUG", "") not in ("", "0"):
+        return None
+    import torch
+    ins = []
+    for x in example_inputs:
+        d = getattr(x, "_data", x)
+        if _is_tensor(d):
+            ins.append(_tensor_sig(d, False))
+        elif isinstance(x, (bool, int, float)) or x is None:
+            ins.append(repr(x))
+        else:
+            return None
+    consts = [_tensor_sig(t, True) for t in graph_constants(gm).values()]
+    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TP_") and k not in _ENV_NOT_KEYED)
+    return _sha256_parts(CACHE_VERSION, "graph", gm.code, "\0".join(ins), "\0".join(consts),
+                         f"cpp_wrapper={bool(cpp_wrapper)}", torch.__version__, torch.get_num_threads(),
+                         sys.version, json.dumps(env), _package_digest())
+
+
+def load_graph(key: str | None) -> dict | None:
+    """The record :func:`save_graph` stored under ``key``; None if absent, unreadable, or saved
+    by a process whose knobs differ from this process's (knobs choose among correct programs, so a
+    module not imported here, hence not patched here, is not compared)."""
+    if key is None:
+        return None
+    try:
+        with open(entry_dir(key) / "graph.json", encoding="utf-8") as f:
+            rec = json.load(f)
+    except (OSError, ValueError):
+        return None
+    if not isinstance(rec, dict) or not isinstance(rec.get("source"), str):
+        return None
+    saved = rec.get("knobs") or {}
+    if any(saved.get(k, v) != v for k, v in _knobs().items()):
+        return None
+    _count("graph_hits")
+    return rec
+
+
+def save_graph(key: str | None, record: dict) -> None:
+    """Store a compiled graph's record (JSON: ``source`` and plain facts) atomically."""
+    if key is None:
+        return
+    try:
+        d = entry_dir(key)
+        d.mkdir(parents=True, exist_ok=True)
+        _atomic_write(d / "graph.json", json.dumps({**record, "knobs": _knobs()}, sort_keys=True))
+    except OSError:  # a read-only cache only loses the entry
+        pass
 
 
 # --------------------------------------------------------------------------------------------

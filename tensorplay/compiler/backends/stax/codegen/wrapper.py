@@ -23,7 +23,7 @@ import torch
 
 from ..ir import ExternBuffer, InputBuffer, ReinterpretView
 
-__all__ = ["generate_wrapper"]
+__all__ = ["generate_wrapper", "BufferPlan"]
 
 
 def _tuple(t):
@@ -56,62 +56,88 @@ def generate_wrapper(graph, sched, kernels) -> tuple[str, set]:
     L.append("")
     L.append("")
     L.append("def call(args):")
-    names = [b.name for b in graph.inputs]
-    if names:
-        L.append(f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args")
-    L.append("    args.clear()")
+    L += unpack_args(graph)
     for b in graph.inputs:
         lay = b.layout
         L.append(f"    assert_size_stride({b.name}, {_tuple(lay.size)}, {_tuple(lay.stride)}, {lay.offset}, '{b.name}')")
     for c in graph.constants:
         L.append(f"    {c} = constants['{c}']")
-    # last use of every buffer (for freeing and reuse)
-    order = []
-    for g in sched.groups:
-        order.append(g)
-    last_use = {}
-    out_names = sched.output_names
-    for step, g in enumerate(order):
-        for r in g.reads:
-            last_use[r] = step
-    materialized = set()
-    free_pool: dict = {}
-    for step, g in enumerate(order):
+    plan = BufferPlan(graph, sched)
+    for step, g in enumerate(sched.groups):
         if g.is_extern:
-            buf = g.nodes[0].buf
-            L.append(_extern_call(buf))
-            materialized.add(buf.name)
+            L.append(plan.extern(g))
         else:
             kname, src, params = kernels[id(g)]
-            for n in g.nodes:
-                if n.name in params and params[n.name][1]:
-                    lay = n.buf.layout
-                    key = (lay.size, lay.stride, lay.dtype)
-                    pool = free_pool.get(key)
-                    if pool and n.name not in out_names:
-                        old = pool.pop()
-                        L.append(f"    {n.name} = {old}; del {old}  # reuse")
-                    else:
-                        L.append(f"    {n.name} = empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, {lay.dtype})")
-                    materialized.add(n.name)
+            for name, lay, old in plan.allocations(g, params):
+                if old is not None:
+                    L.append(f"    {name} = {old}; del {old}  # reuse")
+                else:
+                    L.append(f"    {name} = empty_strided({_tuple(lay.size)}, {_tuple(lay.stride)}, {lay.dtype})")
             call_args = ", ".join(f"ptr({p})" for p in params)
             L.append(f"    {kname}({call_args})")
-        # free what is dead after this step
-        live_names = materialized | {b.name for b in graph.inputs} | set(graph.constants)
-        dead = [r for r in sorted(g.reads) if last_use.get(r) == step and r not in out_names and r in live_names
-                and r not in {m[0].name for m in graph.mutations}]
-        for r in dead:
-            bn = sched.by_name.get(r)
-            if bn is not None and not bn.is_extern and r in materialized:
-                lay = bn.buf.layout
-                free_pool.setdefault((lay.size, lay.stride, lay.dtype), []).append(r)
-            else:
-                L.append(f"    del {r}")
+        for r in plan.dead_after(step, g):   # free what is dead after this step
+            L.append(f"    del {r}")
     for dst, src in graph.mutations:
         L.append(f"    {dst.name}.copy_({_ref(src)})")
     outs = [_ref(o) for o in graph.outputs]
     L.append(f"    return ({''.join(o + ', ' for o in outs)})")
-    return "\n".join(L) + "\n", materialized
+    return "\n".join(L) + "\n", plan.materialized
+
+
+def unpack_args(graph) -> list:
+    """The first lines of ``call(args)``: name the inputs, drop the caller's list (so that an
+    input can be freed at its last use)."""
+    names = [b.name for b in graph.inputs]
+    head = [f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"] if names else []
+    return head + ["    args.clear()"]
+
+
+class BufferPlan:
+    """Memory plan of a wrapper (both wrappers use it): last uses, frees, reuse of dead buffers.
+
+    Walk the groups in order; per kernel group take :meth:`allocations`, after each group
+    :meth:`dead_after`.  A dead kernel buffer goes to a pool keyed by (size, stride, dtype) and a
+    later allocation with the same key takes it, unless that buffer is a graph output."""
+
+    def __init__(self, graph, sched):
+        self.sched = sched
+        self.out_names = sched.output_names
+        self.last_use = {r: step for step, g in enumerate(sched.groups) for r in g.reads}
+        self.materialized: set = set()
+        self.free_pool: dict = {}
+        self.fixed = {b.name for b in graph.inputs} | set(graph.constants)
+        self.mutated = {m[0].name for m in graph.mutations}
+
+    def extern(self, g) -> str:
+        """The wrapper line of an extern/fallback group (its result is materialized)."""
+        buf = g.nodes[0].buf
+        self.materialized.add(buf.name)
+        return _extern_call(buf)
+
+    def allocations(self, g, params):
+        """Yield (name, layout, reused buffer name or None) for every buffer kernel ``g`` writes."""
+        for n in g.nodes:
+            if n.name in params and params[n.name][1]:
+                lay = n.buf.layout
+                pool = self.free_pool.get((lay.size, lay.stride, lay.dtype))
+                old = pool.pop() if pool and n.name not in self.out_names else None
+                self.materialized.add(n.name)
+                yield n.name, lay, old
+
+    def dead_after(self, step, g) -> list:
+        """Names to delete after ``step``: its dead reads, except kernel buffers kept for reuse."""
+        live = self.materialized | self.fixed
+        out = []
+        for r in sorted(g.reads):
+            if self.last_use.get(r) != step or r in self.out_names or r not in live or r in self.mutated:
+                continue
+            bn = self.sched.by_name.get(r)
+            if bn is not None and not bn.is_extern and r in self.materialized:
+                lay = bn.buf.layout
+                self.free_pool.setdefault((lay.size, lay.stride, lay.dtype), []).append(r)
+            else:
+                out.append(r)
+        return out
 
 
 def _ref(o):
@@ -148,7 +174,14 @@ def _extern_call(buf: ExternBuffer) -> str:
     lay = buf.layout
     tag = "extern kernel" if buf.kind == "extern" else f"FALLBACK ({buf.reason})"
     call = f"OPS['{buf.op.name}'].eager({args})"
+    pre = ""
+    shared = getattr(buf, "shared", None)       # outputs of one multi-output call (lowering.fallback)
+    if shared is not None:
+        if shared.var is None:
+            shared.var = f"{buf.name}_outs"
+            pre = f"    {shared.var} = {call}  # {tag}: {buf.op.name}, all outputs in one call\n"
+        call = shared.var
     if buf.index is not None:
         call = f"{call}[{buf.index}]"
-    return (f"    {buf.name} = as_layout({call}, {_tuple(lay.size)}, {_tuple(lay.stride)}, {lay.offset})"
+    return (f"{pre}    {buf.name} = as_layout({call}, {_tuple(lay.size)}, {_tuple(lay.stride)}, {lay.offset})"
             f"  # {tag}: {buf.op.name}")

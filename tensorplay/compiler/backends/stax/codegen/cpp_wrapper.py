@@ -1,0 +1,311 @@
+"""The C++ wrapper: one translation unit and one foreign call per compiled graph (chapter §11.2).
+
+Chosen with ``tp.compile(f, options={"stax.cpp_wrapper": True})``.  The generated Python module
+keeps what must stay in Python (the guard's size/stride checks, allocation through torch, extern
+calls into ATen) and hands every run of consecutive Stax kernels to C++ at once::
+
+    graph_lib = async_compile.cpp_library(r'''
+    #include "stax_kernel.h"
+    static void kernel0(const float* __restrict__ arg0, float* __restrict__ buf0) {...}
+    static void kernel1(const float* __restrict__ buf0, float* __restrict__ buf1) {...}
+    extern "C" void stax_entry0(void* const* p) {      // the kernels of segment 0, in order
+        kernel0(static_cast<const float*>(p[0]), static_cast<float*>(p[1]));
+        kernel1(static_cast<const float*>(p[1]), static_cast<float*>(p[2]));
+    }
+    ''', 'graph')
+    call_ext = submit_call_extension(async_compile)   # built concurrently with the graph
+    async_compile.wait(globals())
+    _call, (_entry0,) = bind_entries(graph_lib, call_ext, ('stax_entry0',), checked=False)
+
+    def call(args):
+        arg0, = args
+        args.clear()
+        if arg0.size() != (8,) or arg0.stride() != (1,):
+            assert_size_stride(arg0, (8, ), (1, ), 0, 'arg0')          # raises, naming the input
+        buf0 = _empty((8, ), (1, ), dtype=torch.float32)
+        buf1 = _empty((8, ), (1, ), dtype=torch.float32)
+        _call(_entry0, arg0.data_ptr(), buf0.data_ptr(), buf1.data_ptr())   # ONE foreign call
+        del arg0, buf0
+        return (buf1, )
+
+Guarantees and limits:
+
+* **Same results as the Python wrapper, bit for bit**: the kernels are the same C++ functions (made
+  ``static`` so the compiler may inline them into the entry), run in the same order on buffers with
+  the same layouts; allocation and reuse of dead buffers (``# reuse``) follow the Python wrapper's
+  rules; frees are deferred to the end of the segment (a segment's buffers are all alive while its
+  entry runs).
+* **Extern and fallback kernels split the entry**: they are calls into eager ATen ops and cannot run
+  inside C++, so the kernels between two of them form one segment with its own ``stax_entryN``.
+  A graph without extern kernels makes exactly one foreign call; one with k extern calls between
+  kernel runs makes at most k + 1.  A graph with no Stax kernel at all gets the Python wrapper.
+* **The call mechanism** is a tiny CPython extension (``tp_stax_call``, ``METH_FASTCALL``: an entry
+  address and the data pointers as Python ints, converted on the C stack, GIL released around the
+  call), compiled once per Python ABI and cached in ``TP_CACHE_DIR`` like every library.  Measured
+  for two pointers (``benchmarks/call_overhead.py --mechanisms``; docs/stax.md): 127 ns, against
+  493 ns for ctypes filling a preallocated pointer array and 728 ns building it per call.  If the
+  extension cannot be built (no ``Python.h``), ctypes with ``argtypes=[c_void_p]`` and a pointer
+  array built per call is used instead, with one warning.
+* **Run-time errors**: when a kernel can report one (``tp_report_error``: integer division by zero,
+  an index out of range), the library's error slot is read after every entry call and the error is
+  raised as with the Python wrapper (one slot per translation unit; the first report wins).
+"""
+from __future__ import annotations
+
+import ctypes
+import sys
+import sysconfig
+import threading
+import warnings
+
+from ..async_compile import AsyncCompile
+
+__all__ = ["generate_cpp_wrapper", "submit_call_extension", "bind_entries", "load_call_extension",
+           "static_kernel"]
+
+_EXT_NAME = "tp_stax_call"
+
+#: The call extension: ``call(entry_address, ptr0, ptr1, ...)`` runs ``entry((void*[]){ptr0, ...})``.
+_EXT_SOURCE = r"""
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+
+typedef void (*tp_entry_t)(void* const*);
+
+static PyObject* tp_call(PyObject*, PyObject* const* args, Py_ssize_t nargs) {
+    if (nargs < 1) {
+        PyErr_SetString(PyExc_TypeError, "tp_stax_call.call(entry, *pointers): missing the entry");
+        return NULL;
+    }
+    void* entry = PyLong_AsVoidPtr(args[0]);
+    if (entry == NULL) {
+        if (!PyErr_Occurred())
+            PyErr_SetString(PyExc_ValueError, "tp_stax_call.call: the entry address is 0");
+        return NULL;
+    }
+    const Py_ssize_t n = nargs - 1;
+    void* stack[64];
+    void** ptrs = n <= 64 ? stack : static_cast<void**>(PyMem_Malloc(sizeof(void*) * n));
+    if (ptrs == NULL) return PyErr_NoMemory();
+    for (Py_ssize_t i = 0; i < n; ++i) {
+        ptrs[i] = PyLong_AsVoidPtr(args[i + 1]);
+        if (ptrs[i] == NULL && PyErr_Occurred()) {
+            if (ptrs != stack) PyMem_Free(ptrs);
+            return NULL;
+        }
+    }
+    tp_entry_t fn = reinterpret_cast<tp_entry_t>(entry);
+    Py_BEGIN_ALLOW_THREADS
+    fn(ptrs);
+    Py_END_ALLOW_THREADS
+    if (ptrs != stack) PyMem_Free(ptrs);
+    Py_RETURN_NONE;
+}
+
+static PyMethodDef tp_methods[] = {
+    {"call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)(void)>(tp_call)), METH_FASTCALL,
+     "call(entry_address, *data_pointers): run a Stax graph entry on an array of data pointers"},
+    {NULL, NULL, 0, NULL}};
+
+static struct PyModuleDef tp_module = {PyModuleDef_HEAD_INIT, "tp_stax_call", NULL, -1, tp_methods,
+                                       NULL, NULL, NULL, NULL};
+
+PyMODINIT_FUNC PyInit_tp_stax_call(void) { return PyModule_Create(&tp_module); }
+"""
+
+
+# --------------------------------------------------------------------------------------------
+# code generation
+# --------------------------------------------------------------------------------------------
+
+def static_kernel(src: str, name: str) -> str:
+    """A kernel's source with internal linkage (``static``), so that the entry may inline it.
+
+    Kernels are generated as ``extern "C" void <name>(...)``; if that head is not found the
+    source is kept as is (``extern "C"`` names are unique within one translation unit)."""
+    head = f'extern "C" void {name}('
+    return src.replace(head, f"static void {name}(", 1) if src.count(head) == 1 else src
+
+
+class _Segment:
+    """Consecutive Stax kernels between two extern calls: one ``stax_entryN``."""
+
+    def __init__(self, index):
+        self.index = index
+        self.slots: dict[str, int] = {}   # Python variable -> index in the pointer array
+        self.calls: list[str] = []        # C++ lines of the entry body
+
+    def add_kernel(self, kname, params):
+        """Append a call of kernel ``kname``; its parameters get slots in the pointer array."""
+        args = []
+        for name, (ct, is_out) in params.items():
+            slot = self.slots.setdefault(name, len(self.slots))
+            args.append(f"static_cast<{'' if is_out else 'const '}{ct}*>(p[{slot}])")
+        self.calls.append(f"    {kname}({', '.join(args)});")
+
+    def cpp(self) -> str:
+        return "\n".join([f'extern "C" void stax_entry{self.index}(void* const* p) {{', "    (void)p;",
+                          *self.calls, "}"])
+
+    def py_call(self) -> str:
+        ptrs = "".join(f", {v}.data_ptr()" for v in self.slots)
+        return f"    _call(_entry{self.index}{ptrs})"
+
+
+def generate_cpp_wrapper(graph, sched, kernels) -> tuple[str, set]:
+    """Like :func:`codegen.wrapper.generate_wrapper` (same arguments, same result), but the
+    kernels are compiled as one translation unit and run through one entry per segment."""
+    from .wrapper import BufferPlan, _ref, _tuple, generate_wrapper, unpack_args  # (ir imports sympy)
+    if not kernels:
+        return generate_wrapper(graph, sched, kernels)
+    body = unpack_args(graph)
+    for b in graph.inputs:
+        lay = b.layout
+        size, stride = _tuple(lay.size), _tuple(lay.stride)
+        body.append(f"    if {b.name}.size() != {size} or {b.name}.stride() != {stride}:")
+        body.append(f"        assert_size_stride({b.name}, {size}, {stride}, {lay.offset}, '{b.name}')")
+    for c in graph.constants:
+        body.append(f"    {c} = constants['{c}']")
+    plan = BufferPlan(graph, sched)
+    segments: list[_Segment] = []
+    seg = None
+    pending_del: list[str] = []   # deleted after the segment's call (its entry uses them all)
+
+    def flush():
+        nonlocal seg
+        if seg is not None:
+            body.append(seg.py_call())
+            segments.append(seg)
+            seg = None
+        if pending_del:
+            body.append(f"    del {', '.join(pending_del)}")
+            pending_del.clear()
+
+    for step, g in enumerate(sched.groups):
+        if g.is_extern:
+            flush()   # the extern call may read what the segment's kernels write
+            body.append(plan.extern(g))
+        else:
+            kname, _, params = kernels[id(g)]
+            for name, lay, old in plan.allocations(g, params):
+                if old is not None:
+                    body.append(f"    {name} = {old}  # reuse")
+                    pending_del.append(old)
+                else:
+                    body.append(f"    {name} = _empty({_tuple(lay.size)}, {_tuple(lay.stride)}, dtype={lay.dtype})")
+            if seg is None:
+                seg = _Segment(len(segments))
+            seg.add_kernel(kname, params)
+        pending_del += plan.dead_after(step, g)
+        if g.is_extern:
+            flush()
+    flush()
+    for dst, src in graph.mutations:
+        body.append(f"    {dst.name}.copy_({_ref(src)})")
+    body.append(f"    return ({''.join(_ref(o) + ', ' for o in graph.outputs)})")
+
+    tu = ['#include "stax_kernel.h"']
+    for kname, src, _ in kernels.values():
+        tu.append(static_kernel(src, kname))
+    tu += [s.cpp() for s in segments]
+    checked = any("tp_report_error(" in t for t in tu)   # a kernel can fail at run time
+    entries = "".join(f"'stax_entry{s.index}', " for s in segments)
+    unpack = "".join(f"_entry{s.index}, " for s in segments)
+    L = ['"""Generated by TensorPlay Stax (C++ wrapper): the graph\'s kernels are one C++ translation',
+         'unit; each run of kernels between extern calls is one foreign call."""',
+         "import torch",
+         "from tensorplay.ops.registry import OPS",
+         "from tensorplay.compiler.backends.stax.runtime import assert_size_stride, reinterpret, as_layout",
+         "from tensorplay.compiler.backends.stax.async_compile import AsyncCompile",
+         "from tensorplay.compiler.backends.stax.codegen.cpp_wrapper import submit_call_extension, bind_entries",
+         "async_compile = AsyncCompile()",
+         "constants = {}",
+         "_empty = torch.empty_strided",
+         "",
+         "graph_lib = async_compile.cpp_library(r'''",
+         "\n\n".join(tu),
+         "''', 'graph')",
+         "call_ext = submit_call_extension(async_compile)",
+         "async_compile.wait(globals())",
+         f"_call, ({unpack}) = bind_entries(graph_lib, call_ext, ({entries}), checked={checked})",
+         "",
+         "",
+         "def call(args):",
+         *body]
+    return "\n".join(L) + "\n", plan.materialized
+
+
+# --------------------------------------------------------------------------------------------
+# run time: the call extension and the entries
+# --------------------------------------------------------------------------------------------
+
+_ext_lock = threading.Lock()
+_ext_state: dict = {}   # "call": the extension's call function, or None after a failed build
+
+
+def _ext_compile_args():
+    """(source, extra flags): the Python ABI is part of the source, so of the cache key."""
+    inc = sysconfig.get_paths()["include"]
+    tag = f"// CPython {sys.version.split()[0]} {sys.implementation.cache_tag} " \
+          f"{sysconfig.get_config_var('EXT_SUFFIX')} {inc}\n"
+    return tag + _EXT_SOURCE, (f"-I{inc}",)
+
+
+def load_call_extension():
+    """The extension's ``call`` function (built or loaded from the cache once per process), or
+    None if it cannot be built (a warning says why; ctypes is used instead)."""
+    if "call" in _ext_state:
+        return _ext_state["call"]
+    with _ext_lock:
+        if "call" in _ext_state:
+            return _ext_state["call"]
+        from importlib.machinery import ExtensionFileLoader
+        from importlib.util import module_from_spec, spec_from_loader
+
+        from .. import codecache
+        call = None
+        try:
+            src, extra = _ext_compile_args()
+            lib = codecache.load_cpp(src, "scalar", extra)
+            loader = ExtensionFileLoader(_EXT_NAME, lib._name)
+            mod = module_from_spec(spec_from_loader(_EXT_NAME, loader))
+            loader.exec_module(mod)
+            call = mod.call
+        except Exception as e:  # noqa: BLE001 - any failure: fall back to ctypes
+            warnings.warn(f"Stax C++ wrapper: the call extension could not be built or loaded "
+                          f"({type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}); "
+                          f"falling back to ctypes (slower calls)", RuntimeWarning, stacklevel=2)
+        _ext_state["call"] = call
+        return call
+
+
+def submit_call_extension(async_compile: AsyncCompile):
+    """Start :func:`load_call_extension` in the compile pool (next to the graph's own build)."""
+    if _ext_state.get("call") is not None:
+        return None
+    return async_compile.submit(load_call_extension)
+
+
+def _ctypes_call(fn, *ptrs):
+    fn((ctypes.c_void_p * len(ptrs))(*ptrs))
+
+
+def bind_entries(lib, ext_future, names, checked=False):
+    """(call, entries) such that ``call(entries[i], *data_pointers)`` runs ``names[i]``.
+
+    ``checked``: some kernel reports run-time errors (``tp_report_error``, stax_kernel.h: integer
+    division by zero, an index out of range); ``call`` then looks at the library's error slot
+    after every entry and raises what a kernel reported, as the Python wrapper does."""
+    call = ext_future.result() if ext_future is not None else load_call_extension()
+    if call is not None:
+        entries = tuple(ctypes.cast(getattr(lib, n), ctypes.c_void_p).value for n in names)
+    else:
+        call, entries = _ctypes_call, []
+        for n in names:
+            fn = getattr(lib, n)
+            fn.restype, fn.argtypes = None, [ctypes.c_void_p]
+            entries.append(fn)
+    if checked:
+        from ..runtime import checked_kernel
+        call = checked_kernel(call, lib)
+    return call, tuple(entries)

@@ -57,8 +57,11 @@ OPTIONS = {
     "stax.cudagraphs": (bool, False, "replay the kernels of a call as one CUDA graph (GPU)"),
     "stax.max_autotune": (bool, False, "benchmark launch configurations / templates and keep the best"),
     "stax.coordinate_descent_tuning": (bool, False, "refine launch configurations by coordinate descent"),
+    "stax.cpp_wrapper": (bool, False, "one C++ translation unit and one foreign call per graph (CPU)"),
     "capture.execute": (bool, True, "capture with sample values (True) or purely symbolically (False)"),
     "passes.enabled": (bool, True, "run the front-end graph passes"),
+    "aot.partitioner": (str, "min_cut", "training regions: 'min_cut' (rematerialise cheap pointwise values) or "
+                                        "'default' (save what the backward reads); docs/aot.md"),
     "debug.gates_after_dce": (bool, False, "exercise 4 ONLY: extract gate replays after DCE — wrong on purpose"),
 }
 MODES = {
@@ -337,6 +340,34 @@ class Lowered:
                 warnings.warn(f"{len(self.replay.dropped)} data gate(s) lost: their condition was removed by DCE "
                               f"before extraction (debug.gates_after_dce) — results may be wrong", RuntimeWarning)
         self.graph_module = gm
+        from .aot import is_training_region
+        self.is_training = is_training_region(self.example_inputs)
+        self._aot = None
+
+    # -- AOT autograd (docs/aot.md): training regions only --------------------------------------------
+    @property
+    def aot(self):
+        """The joint graph and its partition (``options["aot.partitioner"]``) of a training region,
+        built on first access; None for a region that needs no autograd."""
+        if self._aot is None and self.is_training:
+            from .aot import aot_lower
+            self._aot = aot_lower(self.graph_module, self.example_inputs, self._cf.options["aot.partitioner"])
+        return self._aot
+
+    @property
+    def forward_graph(self):
+        """The graph the forward runs: the partitioned forward of a training region, else the region."""
+        return self.aot.forward_graph if self.is_training else self.graph_module
+
+    @property
+    def backward_graph(self):
+        """The partitioned backward graph of a training region (None otherwise)."""
+        return self.aot.backward_graph if self.is_training else None
+
+    @property
+    def saved_values(self) -> list:
+        """Values the forward saves for the backward: ``SavedValue(name, shape, dtype, nbytes)``."""
+        return self.aot.saved_values if self.is_training else []
 
     @property
     def guards(self) -> list[str]:

@@ -3,7 +3,7 @@
 The backends form a chain of prefixes of the full pipeline:
 
     eager       capture + front-end passes, then the graph op by op
-    aot_eager   + AOT autograd and partitioning, op by op   (when the AOT issue lands)
+    aot_eager   + AOT autograd and partitioning, op by op   (training regions)
     stax        + lowering, scheduling, code generation: native kernels
 
 ``locate_error(fn, *args)`` runs ``fn`` in plain eager mode, then compiled with each prefix in
@@ -20,7 +20,7 @@ from ..._tensor import Tensor
 
 __all__ = ["locate_error", "LocateResult", "PREFIXES"]
 
-PREFIXES = ("eager", "stax")
+PREFIXES = ("eager", "aot_eager", "stax")
 
 
 @dataclasses.dataclass

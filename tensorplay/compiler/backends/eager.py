@@ -10,7 +10,8 @@ specialization key, so the choice is fixed per artifact):
   kernel directly on torch tensors, wrapping only the outputs; no per-op dispatch overhead.  This is
   what makes the compiled call cheaper than tp eager even without Stax.
 
-The Stax backend also routes here for regions that need autograd (until AOT autograd lands).
+``"aot_eager"`` (:func:`aot_eager_backend`) adds AOT autograd and partitioning for training regions
+(docs/aot.md) and runs the forward and backward graphs on the raw path.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from ...autograd import grad_mode
 from ..graph.graph import _fmt_arg
 from .registry import register_backend
 
-__all__ = ["eager_backend", "raw_function"]
+__all__ = ["eager_backend", "raw_function", "aot_eager_backend"]
 
 
 def raw_function(gm, device=None):
@@ -116,3 +117,15 @@ def eager_backend(gm, example_inputs, **kwargs):
 
 
 register_backend(eager_backend, name="eager")
+
+
+def aot_eager_backend(gm, example_inputs, *, options=None, strict_native=False, **kwargs):
+    """``"aot_eager"`` (algorithm 11.1's middle prefix): training regions go through AOT autograd
+    and the partitioner, then both graphs run op by op on the raw path; other regions as ``eager``."""
+    from ..aot import aot_backend, is_training_region
+    if not is_training_region(example_inputs):
+        return eager_backend(gm, example_inputs)
+    return aot_backend(gm, example_inputs, fw_compiler=lambda g, ex: raw_function(g), options=options)
+
+
+register_backend(aot_eager_backend, name="aot_eager")

@@ -37,5 +37,5 @@ def list_backends() -> list[str]:
 
 
 def _load_builtin():
-    from . import eager  # noqa: F401  (registers "eager")
+    from . import eager  # noqa: F401  (registers "eager" and "aot_eager")
     from . import stax  # noqa: F401  (registers "stax")

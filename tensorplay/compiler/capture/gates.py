@@ -20,16 +20,19 @@ from .tracer import convert_gate
 __all__ = ["backward_slice", "extract_replay", "GateReplay"]
 
 
-def backward_slice(graph: Graph, roots) -> set:
-    """All nodes the roots depend on (inclusive): reverse reachability, linear time."""
+def backward_slice(graph: Graph, roots, stop=()) -> set:
+    """All nodes the roots depend on (inclusive): reverse reachability, linear time.  Nodes in
+    ``stop`` are included but not looked through (the AOT partitioner's graph extraction)."""
     seen = set()
+    stop = set(stop)
     stack = list(roots)
     while stack:
         n = stack.pop()
         if n in seen:
             continue
         seen.add(n)
-        stack.extend(n.all_input_nodes)
+        if n not in stop:
+            stack.extend(n.all_input_nodes)
     return seen
 
 

@@ -1475,11 +1475,20 @@ def _softmax(x, dim, dtype=None):
     if math.prod(x.get_size()) == 0:   # empty input: empty output, nothing to reduce
         return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, out.dtype)))
     src, shifted = _softmax_parts(x, dim, out.dtype)
+    # e is read twice (the sum and the division): over the trailing dim, realized, it becomes a
+    # per-row scratch value of the one fused kernel, so exp runs once per element (as in the five-op
+    # softmax); over another dim it would be a separate pass through memory — recompute it instead
     e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
-    s = _realize(make_reduction(e, dim, True, "sum", out.dtype))
-    sl = broadcast_loader(s, x.get_size())
+    if dim % len(x.get_size()) == len(x.get_size()) - 1:
+        _realize(e)
+    s = make_reduction(e, dim, True, "sum", out.dtype)
+    # one reciprocal per row, then a multiply per element — what eager's softmax kernel does
+    # (a division per element costs several multiplies; the extra rounding is within the error model)
+    sl0 = _realize(s).make_loader()
+    r = _realize(TensorBox(Pointwise(out.dtype, x.device, s.get_size(), lambda i: ops.reciprocal(sl0(i)))))
+    rl = broadcast_loader(r, x.get_size())
     el = e.make_loader()
-    return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.truediv(el(i), sl(i))))
+    return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.mul(el(i), rl(i))))
 
 
 @register_lowering("log_softmax")

@@ -1479,7 +1479,8 @@ def _softmax(x, dim, dtype=None):
     # per-row scratch value of the one fused kernel, so exp runs once per element (as in the five-op
     # softmax); over another dim it would be a separate pass through memory — recompute it instead
     e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
-    if dim % len(x.get_size()) == len(x.get_size()) - 1:
+    nd = max(len(x.get_size()), 1)      # a 0-d input behaves as one element along dim -1
+    if dim % nd == nd - 1:
         _realize(e)
     s = make_reduction(e, dim, True, "sum", out.dtype)
     # one reciprocal per row, then a multiply per element — what eager's softmax kernel does

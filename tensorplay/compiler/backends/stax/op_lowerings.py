@@ -1556,33 +1556,39 @@ def _rms_norm(x, normalized_shape, weight=None, eps=None):
 
 
 # ---- losses ---------------------------------------------------------------------------------------------
-# Elementwise losses are a Pointwise of (self, target) reduced like eager ('none' / 'sum' / 'mean');
-# nll_loss reads self at each sample's target class (an indirect load, checked in the kernel);
-# cross_entropy with class indices is log_softmax then nll_loss, one row pass each; nll_loss_backward
-# is a Pointwise (the target class of the row gets -weight·g, the others 0) — no scatter needed.
+# Elementwise losses are a Pointwise of (self, target) reduced like eager ('none' / 'sum' / 'mean' /
+# kl_div's 'batchmean'); nll_loss reads self at each sample's target class (an indirect load, checked
+# in the kernel); cross_entropy with class indices is log_softmax then nll_loss, one row pass each;
+# nll_loss_backward is a Pointwise (the target class of the row gets -weight·g, the others 0) — no
+# scatter needed.
 def _loss_reduce(box, reduction, dtype):
     if reduction == "none":
         return box
-    if reduction not in ("sum", "mean"):
+    if reduction not in ("sum", "mean", "batchmean"):
         raise Unsupported(f"loss reduction {reduction!r}")
     s = make_reduction(box, None, False, "sum", dtype)
     if reduction == "sum":
         return s
+    size = box.get_size()
+    n = math.prod(size) if reduction == "mean" else (size[0] if size else 1)
     sl = _realize(s).make_loader()
-    n = math.prod(box.get_size())
     return TensorBox(Pointwise(dtype, box.device, (), lambda i: ops.truediv(sl([]), ops.constant(float(n), dtype))))
 
 
-def _elementwise_loss(x, t, reduction, fn):
-    """fn(x, t, dtype) -> per-element loss; x and t broadcast like eager."""
+def _elementwise_loss(x, t, reduction, fn, weight=None):
+    """fn(x, t, dtype, index) -> per-element loss, times ``weight`` if given; x, t and weight
+    broadcast like eager."""
     dt = _out_val().dtype
     if not dt.is_floating_point:
         raise Unsupported("loss of integers")
     shape = tuple(torch.broadcast_shapes(tuple(x.get_size()), tuple(t.get_size())))
     xl, tl = broadcast_loader(x, shape), broadcast_loader(t, shape)
-    box = TensorBox(Pointwise(dt, x.device, shape,
-                              lambda i: fn(_conv(xl(i), x.dtype, dt), _conv(tl(i), t.dtype, dt), dt)))
-    return _loss_reduce(box, reduction, dt)
+    wl = broadcast_loader(weight, shape) if weight is not None else None
+
+    def f(i):
+        v = fn(_conv(xl(i), x.dtype, dt), _conv(tl(i), t.dtype, dt), dt, i)
+        return ops.mul(v, _conv(wl(i), weight.dtype, dt)) if wl is not None else v
+    return _loss_reduce(TensorBox(Pointwise(dt, x.device, shape, f)), reduction, dt)
 
 
 def _k(v, dt):
@@ -1591,17 +1597,17 @@ def _k(v, dt):
 
 @register_lowering("mse_loss")
 def _mse_loss(x, t, reduction="mean"):
-    return _elementwise_loss(x, t, reduction, lambda a, b, dt: (lambda d: ops.mul(d, d))(ops.sub(a, b)))
+    return _elementwise_loss(x, t, reduction, lambda a, b, dt, i: (lambda d: ops.mul(d, d))(ops.sub(a, b)))
 
 
 @register_lowering("l1_loss")
 def _l1_loss(x, t, reduction="mean"):
-    return _elementwise_loss(x, t, reduction, lambda a, b, dt: ops.abs(ops.sub(a, b)))
+    return _elementwise_loss(x, t, reduction, lambda a, b, dt, i: ops.abs(ops.sub(a, b)))
 
 
 @register_lowering("smooth_l1_loss")
 def _smooth_l1_loss(x, t, reduction="mean", beta=1.0):
-    def f(a, b, dt):
+    def f(a, b, dt, i):
         d = ops.abs(ops.sub(a, b))
         if beta == 0:
             return d
@@ -1612,31 +1618,12 @@ def _smooth_l1_loss(x, t, reduction="mean", beta=1.0):
 
 @register_lowering("huber_loss")
 def _huber_loss(x, t, reduction="mean", delta=1.0):
-    def f(a, b, dt):
+    def f(a, b, dt, i):
         d = ops.abs(ops.sub(a, b))
         quad = ops.mul(ops.mul(_k(0.5, dt), d), d)
         lin = ops.mul(_k(delta, dt), ops.sub(d, ops.mul(_k(0.5, dt), _k(delta, dt))))
         return ops.where(ops.lt(d, _k(delta, dt)), quad, lin)
     return _elementwise_loss(x, t, reduction, f)
-
-
-def _weighted(fn, weight, shape):
-    """Multiply a per-element loss by a broadcast weight tensor (None: unchanged)."""
-    if weight is None:
-        return fn
-    wl = broadcast_loader(weight, shape)
-    return lambda a, b, dt, i: ops.mul(fn(a, b, dt, i), _conv(wl(i), weight.dtype, dt))
-
-
-def _weighted_loss(x, t, weight, reduction, fn):
-    """Like _elementwise_loss for fn(a, b, dt, index) with an optional weight."""
-    dt = _out_val().dtype
-    shape = tuple(torch.broadcast_shapes(tuple(x.get_size()), tuple(t.get_size())))
-    g = _weighted(fn, weight, shape)
-    xl, tl = broadcast_loader(x, shape), broadcast_loader(t, shape)
-    box = TensorBox(Pointwise(dt, x.device, shape,
-                              lambda i: g(_conv(xl(i), x.dtype, dt), _conv(tl(i), t.dtype, dt), dt, i)))
-    return _loss_reduce(box, reduction, dt)
 
 
 @register_lowering("binary_cross_entropy")
@@ -1647,7 +1634,7 @@ def _bce(x, t, weight=None, reduction="mean"):
         la = ops.maximum(ops.log(a), lo)
         lb = ops.maximum(ops.log(ops.sub(_k(1.0, dt), a)), lo)
         return ops.neg(ops.add(ops.mul(b, la), ops.mul(ops.sub(_k(1.0, dt), b), lb)))
-    return _weighted_loss(x, t, weight, reduction, f)
+    return _elementwise_loss(x, t, reduction, f, weight)
 
 
 @register_lowering("binary_cross_entropy_with_logits")
@@ -1664,127 +1651,110 @@ def _bce_logits(x, t, weight=None, pos_weight=None, reduction="mean"):
             pw = _conv(pwl(i), pos_weight.dtype, dt)
             soft = ops.mul(ops.add(_k(1.0, dt), ops.mul(ops.sub(pw, _k(1.0, dt)), b)), soft)
         return ops.add(ops.mul(ops.sub(_k(1.0, dt), b), a), soft)
-    return _weighted_loss(x, t, weight, reduction, f)
+    return _elementwise_loss(x, t, reduction, f, weight)
 
 
 @register_lowering("kl_div")
 def _kl_div(x, t, reduction="mean", log_target=False):
     """log_target: exp(t)·(t - x); else xlogy(t, t) - t·x (0 where t == 0)."""
-    def f(a, b, dt):
+    def f(a, b, dt, i):
         if log_target:
             return ops.mul(ops.exp(b), ops.sub(b, a))
         xlogy = ops.where(ops.eq(b, _k(0.0, dt)), _k(0.0, dt), ops.mul(b, ops.log(b)))
         return ops.sub(ops.where(ops.isnan(b), b, xlogy), ops.mul(b, a))
-    if reduction == "batchmean":
-        box = _elementwise_loss(x, t, "sum", f)
-        n = x.get_size()[0] if x.get_size() else 1
-        dt = _out_val().dtype
-        sl = _realize(box).make_loader()
-        return TensorBox(Pointwise(dt, x.device, (), lambda i: ops.truediv(sl([]), _k(float(n), dt))))
     return _elementwise_loss(x, t, reduction, f)
 
 
-def _nll_parts(x, target, weight, ignore_index, op):
-    """Per-sample (loss, weight) loaders of nll_loss for x of shape (N, C) or (C,)."""
-    size = x.get_size()
-    if len(size) not in (1, 2) or target.dtype not in (torch.int32, torch.int64):
-        raise Unsupported(f"{op}: only (N, C) / (C,) inputs with integer class targets are native")
-    C = size[-1]
-    dt = x.dtype
-    xl, tl = x.make_loader(), target.make_loader()
+def _nll_sample(target, weight, ignore_index, C, dt, op, dim):
+    """sample(rows) -> (counted, class, weight): the target class of a sample (ignored samples
+    read class 0, checked in the kernel against [0, C)) and its weight (0 if ignored)."""
+    tl = target.make_loader()
     wl = weight.make_loader() if weight is not None else None
-    two_d = len(size) == 2
 
-    def parts(i):
-        tv = tl(i[:1] if two_d else [])
-        valid = ops.ne(tv, ops.constant(ignore_index, target.dtype))
-        safe = ops.where(valid, tv, ops.constant(0, target.dtype))    # ignored samples read class 0
-        cls = _checked(safe, C, op, 1 if two_d else 0,
+    def sample(r):
+        tv = tl(r)
+        counted = ops.ne(tv, ops.constant(ignore_index, target.dtype))
+        safe = ops.where(counted, tv, ops.constant(0, target.dtype))
+        cls = _checked(safe, C, op, dim,
                        message=f"IndexError: tp.{op}: target {{value}} is out of bounds for {C} classes")
         w = _conv(wl([cls]), weight.dtype, dt) if wl is not None else ops.constant(1.0, dt)
-        w = ops.where(valid, w, ops.constant(0.0, dt))
+        return counted, safe, cls, ops.where(counted, w, ops.constant(0.0, dt))
+    return sample
+
+
+def _nll_rows(size, op):
+    if len(size) not in (1, 2):
+        raise Unsupported(f"{op}: only (N, C) / (C,) inputs are native")
+    two_d = len(size) == 2
+    return two_d, (lambda i: i[:1] if two_d else [])
+
+
+def _nll(x, target, weight, reduction, ignore_index, op):
+    """nll_loss of x (N, C) or (C,): the per-sample losses reduced like eager ('mean' divides by
+    the total weight of the counted samples — both sums are one kernel)."""
+    size = x.get_size()
+    two_d, rows = _nll_rows(size, op)
+    if target.dtype not in (torch.int32, torch.int64) or reduction not in ("none", "sum", "mean"):
+        raise Unsupported(f"{op}: integer class targets and reduction none/sum/mean are native")
+    dt, xl = x.dtype, x.make_loader()
+    sample = _nll_sample(target, weight, ignore_index, size[-1], dt, op, 1 if two_d else 0)
+
+    def loss(i):
+        counted, _, cls, w = sample(rows(i))
         v = xl([i[0], cls] if two_d else [cls])
-        return ops.where(valid, ops.neg(ops.mul(w, v)), ops.constant(0.0, dt)), w
-    n = size[0] if two_d else None
-    return parts, n, dt
-
-
-def _nll_from_parts(x, parts, n, dt, reduction):
-    shape = (n,) if n is not None else ()
-    loss = TensorBox(Pointwise(dt, x.device, shape, lambda i: parts(i)[0]))
-    if reduction == "none":
-        return loss
-    s = make_reduction(loss, None, False, "sum", dt)
-    if reduction == "sum":
-        return s
+        return ops.where(counted, ops.neg(ops.mul(w, v)), ops.constant(0.0, dt))
+    shape = (size[0],) if two_d else ()
+    box = TensorBox(Pointwise(dt, x.device, shape, loss))
     if reduction != "mean":
-        raise Unsupported(f"nll_loss reduction {reduction!r}")
-    wsum = _realize(make_reduction(TensorBox(Pointwise(dt, x.device, shape, lambda i: parts(i)[1])),
-                                   None, False, "sum", dt))
-    sl, wl = _realize(s).make_loader(), wsum.make_loader()
-    return TensorBox(Pointwise(dt, x.device, (), lambda i: ops.truediv(sl([]), wl([]))))
+        return _loss_reduce(box, reduction, dt)
+    s = _realize(make_reduction(box, None, False, "sum", dt)).make_loader()
+    wsum = _realize(make_reduction(TensorBox(Pointwise(dt, x.device, shape, lambda i: sample(rows(i))[3])),
+                                   None, False, "sum", dt)).make_loader()
+    return TensorBox(Pointwise(dt, x.device, (), lambda i: ops.truediv(s([]), wsum([]))))
 
 
 @register_lowering("nll_loss")
 def _nll_loss(x, target, weight=None, reduction="mean", ignore_index=-100):
-    parts, n, dt = _nll_parts(x, target, weight, ignore_index, "nll_loss")
-    return _nll_from_parts(x, parts, n, dt, reduction)
+    return _nll(x, target, weight, reduction, ignore_index, "nll_loss")
 
 
 @register_lowering("cross_entropy")
 def _cross_entropy(x, target, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0):
     if label_smoothing != 0 or target.dtype.is_floating_point:
         raise Unsupported("cross_entropy with label smoothing or class probabilities")
-    if len(x.get_size()) not in (1, 2):
-        raise Unsupported("cross_entropy of more than 2 dims")
+    _nll_rows(x.get_size(), "cross_entropy")
     lsm = _realize(_log_softmax_of(x, len(x.get_size()) - 1, x.dtype))
-    parts, n, dt = _nll_parts(lsm, target, weight, ignore_index, "cross_entropy")
-    return _nll_from_parts(lsm, parts, n, dt, reduction)
+    return _nll(lsm, target, weight, reduction, ignore_index, "cross_entropy")
 
 
 @register_lowering("nll_loss_backward")
 def _nll_loss_backward(grad_output, target, weight, input_size, reduction, ignore_index):
     """grad[i, c] = (c == target[i]) · -weight[target[i]] · g  (/ total weight for 'mean')."""
-    out = _out_val()
-    dt = out.dtype
+    dt = _out_val().dtype
     size = tuple(input_size)
-    if len(size) not in (1, 2):
-        raise Unsupported("nll_loss_backward of more than 2 dims")
-    two_d = len(size) == 2
-    C = size[-1]
-    tl, gl = target.make_loader(), grad_output.make_loader()
-    wl = weight.make_loader() if weight is not None else None
-
-    def wt(r):       # (valid, class index, weight of the sample) for row index list r
-        tv = tl(r)
-        valid = ops.ne(tv, ops.constant(ignore_index, target.dtype))
-        safe = ops.where(valid, tv, ops.constant(0, target.dtype))
-        cls = _checked(safe, C, "nll_loss_backward", 1 if two_d else 0)
-        w = _conv(wl([cls]), weight.dtype, dt) if wl is not None else ops.constant(1.0, dt)
-        return valid, safe, ops.where(valid, w, ops.constant(0.0, dt))
+    two_d, rows = _nll_rows(size, "nll_loss_backward")
+    sample = _nll_sample(target, weight, ignore_index, size[-1], dt, "nll_loss_backward", 1 if two_d else 0)
+    gl = grad_output.make_loader()
     denom = None
     if reduction == "mean":
-        rows = (size[0],) if two_d else ()
-        denom = _realize(make_reduction(TensorBox(Pointwise(dt, grad_output.device, rows,
-                                                            lambda i: wt(i[:1] if two_d else [])[2])),
+        shape = (size[0],) if two_d else ()
+        denom = _realize(make_reduction(TensorBox(Pointwise(dt, grad_output.device, shape,
+                                                            lambda i: sample(rows(i))[3])),
                                         None, False, "sum", dt)).make_loader()
     elif reduction not in ("sum", "none"):
         raise Unsupported(f"nll_loss_backward reduction {reduction!r}")
+    idt = target.dtype if target.dtype in (torch.int32, torch.int64) else torch.int64
 
     def f(i):
-        r = i[:1] if two_d else []
-        valid, safe, w = wt(r)
+        r = rows(i)
+        counted, safe, _, w = sample(r)
         g = _conv(gl(r if reduction == "none" else []), grad_output.dtype, dt)
         coef = ops.neg(ops.mul(w, g))
         if denom is not None:
             coef = ops.truediv(coef, denom([]))
-        hit = ops.logical_and(valid, ops.eq(ops.index_expr(i[-1], _int_dtype(target.dtype)), safe))
+        hit = ops.logical_and(counted, ops.eq(ops.index_expr(i[-1], idt), safe))
         return ops.where(hit, coef, ops.constant(0.0, dt))
     return TensorBox(Pointwise(dt, grad_output.device, size, f))
-
-
-def _int_dtype(dt):
-    return dt if dt in (torch.int32, torch.int64) else torch.int64
 
 
 # ---- extern kernels -------------------------------------------------------------------------------------

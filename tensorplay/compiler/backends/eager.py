@@ -112,8 +112,13 @@ def eager_backend(gm, example_inputs, **kwargs):
             return gm._forward(gm, *args)
         run.source = gm.code
         return run
+    return raw_function(gm, _one_device(example_inputs))
+
+
+def _one_device(example_inputs):
+    """The device of the tensor inputs when there is exactly one, else None."""
     devices = {t.device for t in example_inputs if isinstance(t, Tensor)}
-    return raw_function(gm, devices.pop() if len(devices) == 1 else None)
+    return devices.pop() if len(devices) == 1 else None
 
 
 register_backend(eager_backend, name="eager")
@@ -125,7 +130,8 @@ def aot_eager_backend(gm, example_inputs, *, options=None, strict_native=False, 
     from ..aot import aot_backend, is_training_region
     if not is_training_region(example_inputs):
         return eager_backend(gm, example_inputs)
-    return aot_backend(gm, example_inputs, fw_compiler=lambda g, ex: raw_function(g), options=options)
+    return aot_backend(gm, example_inputs, fw_compiler=lambda g, ex: raw_function(g, _one_device(ex)),
+                       options=options)
 
 
 register_backend(aot_eager_backend, name="aot_eager")

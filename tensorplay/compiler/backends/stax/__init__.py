@@ -67,11 +67,15 @@ def compile_graph(gm, example_inputs, cpp_wrapper=False):
 def _check_native(gm, example_inputs):
     """strict_native for a lazily compiled graph (the AOT backward): lower it now (no C++ build)
     and raise if some op would fall back."""
-    graph = compile_graph(gm, example_inputs)[1]
-    if graph.fallbacks:
-        listing = "\n".join(f"  {name}: {why}" for name, why in graph.fallbacks)
-        raise StaxStrictError(f"strict_native=True: {len(graph.fallbacks)} op(s) of the backward graph have no Stax "
-                              f"kernel:\n{listing}")
+    _reject_fallbacks(compile_graph(gm, example_inputs)[1].fallbacks, "of the backward graph ")
+
+
+def _reject_fallbacks(fallbacks, where=""):
+    """strict_native=True: raise listing the ops that would run in eager (if any)."""
+    if fallbacks:
+        listing = "\n".join(f"  {name}: {why}" for name, why in fallbacks)
+        raise StaxStrictError(f"strict_native=True: {len(fallbacks)} op(s) {where}have no Stax kernel and would run "
+                              f"in eager (TP_STAX_LOWER_DEBUG=1 lists them):\n{listing}")
 
 
 def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw):
@@ -87,10 +91,8 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     from . import codecache
     rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
     fallbacks = [tuple(f) for f in rec["fallbacks"]]
-    if strict_native and fallbacks:
-        listing = "\n".join(f"  {name}: {why}" for name, why in fallbacks)
-        raise StaxStrictError(f"strict_native=True: {len(fallbacks)} op(s) have no Stax kernel and would run "
-                              f"in eager (TP_STAX_LOWER_DEBUG=1 lists them):\n{listing}")
+    if strict_native:
+        _reject_fallbacks(fallbacks)
     src = rec["source"]
     mod = codecache.load_py(src)
     mod.constants.update(constants)

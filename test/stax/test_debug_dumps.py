@@ -11,7 +11,6 @@ import tensorplay as tp
 def _env(tmp_path_factory, monkeypatch):
     d = os.environ.get("TP_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "tp_cache")
     monkeypatch.setenv("TP_CACHE_DIR", d)
-    monkeypatch.setenv("TP_GRAPH_CACHE", "0")     # always lower, so there is something to dump
 
 
 def _softmax_like(x):
@@ -41,6 +40,13 @@ def test_selected_stages_to_directory(monkeypatch, tmp_path, capfd):
     assert sorted(p.name for p in d.iterdir()) == ["code.txt", "ir.txt"]
     assert "max_{j0<5}" in (d / "ir.txt").read_text()
     assert "kernel0" in (d / "code.txt").read_text()
+
+
+def test_dumps_printed_again_when_the_graph_cache_is_warm(monkeypatch, capfd):
+    monkeypatch.setenv("TP_STAX_DEBUG", "schedule")
+    for _ in range(2):   # a new tp.compile of the same graph: the graph cache must not hide the dump
+        tp.compile(_softmax_like, strict_native=True)(tp.randn(8, 16))
+        assert "[stax] schedule" in capfd.readouterr().err
 
 
 def test_nothing_printed_by_default(monkeypatch, capfd):

@@ -713,12 +713,13 @@ def _knobs() -> dict:
 
 def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
     """The key of a compiled graph, or None when the graph cache is off (``TP_GRAPH_CACHE=0``,
-    or ``TP_STAX_LOWER_DEBUG`` asks to see the lowering) or an example input is not a tensor or a
+    or ``TP_STAX_LOWER_DEBUG`` / ``TP_STAX_DEBUG`` ask to see the lowering) or an example input is not a tensor or a
     plain number.  Heuristic knobs (UPPERCASE globals) are not in the key: :func:`load_graph`
     compares those of the modules imported in this process with the saved ones.  Other in-process
     changes of Stax internals are not seen: set ``TP_GRAPH_CACHE=0`` when patching them."""
-    if os.environ.get("TP_GRAPH_CACHE", "1") == "0" or os.environ.get("TP_STAX_LOWER_DEBUG", "") not in ("", "0"):
-        return None
+    if os.environ.get("TP_GRAPH_CACHE", "1") == "0" or any(
+            os.environ.get(v, "") not in ("", "0") for v in ("TP_STAX_LOWER_DEBUG", "TP_STAX_DEBUG")):
+        return None     # the debug switches print what lowering and code generation do: always run them
     import torch
     ins = []
     for x in example_inputs:

@@ -12,10 +12,9 @@ import pytest
 import torch
 
 import tensorplay as tp
-import test_stax_ops
 from test_stax_ops import run_native
 
-_cache = test_stax_ops._cache   # the autouse fixture that points TP_CACHE_DIR at the tests' cache
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
 
 def rnd(*shape, seed=0):

@@ -19,9 +19,8 @@ import tensorplay as tp
 from tensorplay.compiler.backends.stax import codecache
 from tensorplay.compiler.backends.stax.codegen import cpp_wrapper
 
-import test_stax_ops
 
-_cache = test_stax_ops._cache   # the autouse fixture that points TP_CACHE_DIR at the tests' cache
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
 CPP = {"stax.cpp_wrapper": True}
 

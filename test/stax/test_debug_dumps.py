@@ -1,5 +1,4 @@
 """TP_STAX_DEBUG dumps every Stax stage: loop IR, schedule, generated code (docs/debugging.md)."""
-import os
 
 import pytest
 import torch
@@ -7,10 +6,7 @@ import torch
 import tensorplay as tp
 
 
-@pytest.fixture(autouse=True)
-def _env(tmp_path_factory, monkeypatch):
-    d = os.environ.get("TP_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "tp_cache")
-    monkeypatch.setenv("TP_CACHE_DIR", d)
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
 
 def _softmax_like(x):

@@ -2,7 +2,6 @@
 
     python -m pytest -q -m slow test/stax/test_exp_accuracy.py      # ~12.7 M points, ~1 min
 The default suite runs the same check on 2^16 points."""
-import os
 
 import pytest
 import torch
@@ -10,10 +9,7 @@ import torch
 import tensorplay as tp
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    d = os.environ.get("TP_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "tp_cache")
-    monkeypatch.setenv("TP_CACHE_DIR", d)
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
 
 def _max_ulp(n_bits, n_uniform):

@@ -1,6 +1,5 @@
 """Layouts (§6.6) and the kernel order (§7.5): outputs keep eager's strides, intermediates are
 flexible, and the scheduler orders kernels to keep the peak of live intermediate bytes low."""
-import os
 
 import pytest
 import torch
@@ -8,10 +7,7 @@ import torch
 import tensorplay as tp
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    d = os.environ.get("TP_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "tp_cache")
-    monkeypatch.setenv("TP_CACHE_DIR", d)
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
 
 def _run(f, *args):

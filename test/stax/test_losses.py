@@ -1,6 +1,5 @@
 """Stax lowerings of the losses (native kernels, strict_native) against eager, and their gradients
 through AOT autograd.  Tolerance: the float64 reference and the error model's reduction term."""
-import os
 
 import pytest
 import torch
@@ -9,10 +8,7 @@ import tensorplay as tp
 import tensorplay.nn.functional as F
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    d = os.environ.get("TP_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "tp_cache")
-    monkeypatch.setenv("TP_CACHE_DIR", d)
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
 
 def _targets(n, c, ignore=True, seed=0):

@@ -8,7 +8,6 @@ where u = 2^-24, n is the length of the longest reduction and S the magnitude of
 bool results must match exactly; NaN/inf positions must match.
 """
 import math
-import os
 import re
 
 import pytest
@@ -16,17 +15,12 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
-from tensorplay.compiler.backends.stax import StaxStrictError
 from tensorplay.testing import assert_close
 
 U32 = 2.0 ** -24
 
 
-@pytest.fixture(autouse=True)
-def _cache(tmp_path_factory, monkeypatch):
-    d = os.environ.get("TP_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "tp_cache")
-    monkeypatch.setenv("TP_CACHE_DIR", d)
-    yield
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
 
 def _t(x):

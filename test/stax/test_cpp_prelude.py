@@ -148,6 +148,8 @@ def _source():
                    f'tp::Vec<{T}>::loadn(x, m).store(y); }}\n')
         out.append(f'extern "C" void ld_storen_{s}(const {T}* x, int m, {T}* y) {{ '
                    f'tp::Vec<{T}>::load(x).storen(y, m); }}\n')
+        out.append(f'extern "C" void ld_stream_{s}(const {T}* x, {T}* y) {{ '
+                   f'tp::Vec<{T}>::load(x).store_stream(y); tp::stream_fence(); }}\n')
         out.append(f'extern "C" void ld_strided_{s}(const {T}* x, int64_t st, {T}* y) {{ '
                    f'tp::Vec<{T}>::load_strided(x, st).store(y); }}\n')
         out.append(f'extern "C" void ld_iota_{s}({T} start, {T}* y) {{ tp::Vec<{T}>::iota(start).store(y); }}\n')
@@ -466,6 +468,25 @@ def test_sigmoid_tails_do_not_flush(lib, s):
     y = lib.map(f"u_sigmoid_{s}", dtype, x)
     assert np.all(y > 0)
     assert np.all(ulp_error(y, _sigmoid_ref(x), dtype) <= 1)
+
+
+@pytest.mark.parametrize("s", ["f32", "f64", "i32", "i64"])
+def test_store_stream_any_alignment(lib, s):
+    """store_stream writes exactly what store writes, at every element offset from a 64-byte line
+    (streamed in 64/32/16-byte pieces where aligned, plainly elsewhere), and nothing around it."""
+    T, dtype, _ = {**FT, **IT}[s]
+    f = lib.fn(f"ld_stream_{s}", None, [ctypes.c_void_p, ctypes.c_void_p])
+    n = lib.lanes
+    x = (np.random.default_rng(3).standard_normal(n) * 1000).astype(dtype)
+    per_line = 64 // dtype().itemsize
+    for off in range(per_line + 1):
+        buf = np.full(n + 2 * per_line + 16, 7, dtype=dtype)
+        base = (-buf.ctypes.data % 64) // dtype().itemsize   # first element on a 64-byte boundary
+        y = buf[base + off: base + off + n]
+        f(x.ctypes.data, y.ctypes.data)
+        assert np.array_equal(y, x), f"{s} offset {off}"
+        rest = np.concatenate([buf[:base + off], buf[base + off + n:]])
+        assert np.all(rest == 7), f"{s} offset {off}: wrote outside the vector"
 
 
 def test_erf_f32_every_float_of_the_table(lib):
@@ -863,3 +884,5 @@ def test_vectorised_in_machine_code(libs, variant, reg):
     sq = _disassemble(libs[variant], ["u_sqrt_f32", "u_sqrt_f64"])
     assert re.search(rf"vsqrtps\s+.*%{reg}", sq["u_sqrt_f32"]) and re.search(rf"vsqrtpd\s+.*%{reg}",
                                                                               sq["u_sqrt_f64"])
+    st = _disassemble(libs[variant], ["ld_stream_f32"])["ld_stream_f32"]
+    assert re.search(rf"vmovntdq\s+%{reg}", st) and "sfence" in st, "store_stream: no streaming store"

@@ -6,6 +6,7 @@
 * :func:`score_fusion` — the benefit of a legal fusion, a tuple compared lexicographically:
   (shared bytes, -distance in the node order) — bytes saved first, then prefer near pairs.
 * :func:`parallel_depth` — how many outer loops an OpenMP kernel parallelises (Alg. 8.1).
+* :func:`stream_stores` — write a buffer with streaming (non-temporal) stores (§8 kernel quality)?
 
 Experiment 4 changes ``score_fusion`` or disables horizontal fusion (``HORIZONTAL_FUSION``).
 """
@@ -18,8 +19,8 @@ import sympy
 
 from .ops_handler import CountingHandler, set_handler
 
-__all__ = ["should_realize", "can_fuse", "score_fusion", "parallel_depth", "HORIZONTAL_FUSION",
-           "MAX_INLINE_OPS", "PARALLEL_MIN_WORK"]
+__all__ = ["should_realize", "can_fuse", "score_fusion", "parallel_depth", "stream_stores", "HORIZONTAL_FUSION",
+           "MAX_INLINE_OPS", "PARALLEL_MIN_WORK", "STREAM_STORE_MIN_BYTES"]
 
 #: a value read by several consumers is recomputed by each unless it costs more than this many ops
 MAX_INLINE_OPS = 24
@@ -27,6 +28,27 @@ MAX_INLINE_OPS = 24
 HORIZONTAL_FUSION = os.environ.get("TP_STAX_HORIZONTAL_FUSION", "1") != "0"
 #: below this many elements of work a kernel runs on one thread (fork/join costs ~µs)
 PARALLEL_MIN_WORK = 1 << 15
+
+
+def _last_level_cache_bytes(default=32 << 20) -> int:
+    """Size of the largest CPU cache (sysfs), or ``default`` where it cannot be read."""
+    sizes = []
+    base = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for d in os.listdir(base):
+            if d.startswith("index"):
+                with open(os.path.join(base, d, "size")) as f:
+                    t = f.read().strip()
+                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:].upper(), 1)
+                sizes.append(int(t.rstrip("KMGkmg")) * mult)
+    except (OSError, ValueError):
+        pass
+    return max(sizes) if sizes else default
+
+
+#: buffers of at least this many bytes are written with streaming stores (see stream_stores);
+#: ``TP_STAX_STREAM_MIN_BYTES`` overrides it (a huge value turns streaming off)
+STREAM_STORE_MIN_BYTES = int(os.environ.get("TP_STAX_STREAM_MIN_BYTES", 0)) or _last_level_cache_bytes()
 
 
 def price(loops) -> CountingHandler:
@@ -94,3 +116,11 @@ def parallel_depth(outer_sizes, inner_numel, threads) -> int:
         if acc >= threads:
             return depth
     return len(outer_sizes)
+
+
+def stream_stores(nbytes) -> bool:
+    """Write a buffer of ``nbytes`` with streaming (non-temporal) stores?  Yes when it is at least
+    the last-level cache: it would be evicted before any reader came, so the read-for-ownership a
+    plain store of an uncached line costs is wasted traffic (a third of a read-one-write-one
+    kernel's).  Smaller buffers keep plain stores, so a consumer kernel finds them in cache."""
+    return nbytes >= STREAM_STORE_MIN_BYTES

@@ -597,6 +597,7 @@ class KernelGen:
         self.phase_values = {}    # local inner values of the current iteration: name -> _Val
         self.scratch = {}         # local inner values read in a later phase: name -> array name
         self.params = {}          # buffer name -> (ctype, is_output)
+        self.streamed = set()     # buffers written with streaming stores (choices.stream_stores)
         self.column = False       # column mode (see _column_mode): lanes = output columns
         self.col_u = 0            # column mode: which vector of the block's columns is generated
 
@@ -793,6 +794,9 @@ class KernelGen:
         head = [f'extern "C" void {self.name}({", ".join(params)}) {{',
                 f"    using idx_t = {self.index_t};   // every index proved to fit (bounds.py)",
                 "    constexpr idx_t VL = tp::Vec<float>::size;", "    (void)VL;"]
+        if self.streamed:
+            lines = _fence_streams(lines) + ["    tp::stream_fence();   // streaming stores of " +
+                                             ", ".join(sorted(self.streamed))]
         return "\n".join(head + lines + ["}"])
 
     def _scratch_nodes(self):
@@ -1134,8 +1138,42 @@ class KernelGen:
         if mode == "tail1":
             return f"{target}[{base}] = {v}[0];"
         if coeff == 1:
-            return f"{v}.store({target} + {base});" if mode == "vec" else f"{v}.storen({target} + {base}, n);"
+            if mode != "vec":
+                return f"{v}.storen({target} + {base}, n);"
+            if target not in self.scratch.values() and choices.stream_stores(self.sched.buffer_bytes(target)):
+                self.streamed.add(target)
+                return f"{v}.store_stream({target} + {base});"
+            return f"{v}.store({target} + {base});"
         return f"tp_scatter({target} + {base}, {coeff}, {v}, {'n' if mode == 'tail' else 'VL'});"
+
+
+def _fence_streams(lines):
+    """Every ``#pragma omp parallel for`` loop becomes a parallel region whose threads fence their
+    streaming stores before the region's closing barrier::
+
+        #pragma omp parallel
+        {
+        #pragma omp for nowait
+        for (...) { ... }
+        tp::stream_fence();
+        }
+    """
+    out, i = [], 0
+    while i < len(lines):
+        ln = lines[i]
+        if ln.lstrip().startswith("#pragma omp parallel for"):
+            ind = ln[:len(ln) - len(ln.lstrip())]
+            loop_ind = lines[i + 1][:len(lines[i + 1]) - len(lines[i + 1].lstrip())]
+            end = next(j for j in range(i + 2, len(lines)) if lines[j] == loop_ind + "}")
+            body = _fence_streams(lines[i + 1:end + 1])
+            out += [ind + "#pragma omp parallel", ind + "{",
+                    ind + ln.lstrip().replace("#pragma omp parallel for", "#pragma omp for", 1) + " nowait",
+                    *body, ind + "tp::stream_fence();", ind + "}"]
+            i = end + 1
+        else:
+            out.append(ln)
+            i += 1
+    return out
 
 
 def choices_threads():

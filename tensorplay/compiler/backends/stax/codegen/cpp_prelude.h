@@ -153,6 +153,48 @@ template <typename T> using uint_t = typename std::make_unsigned<T>::type;
 }  // namespace detail
 
 namespace detail {
+// Streaming (non-temporal) stores: the bytes go to memory through write-combining buffers without
+// first reading the destination line into the cache (the read-for-ownership a plain store of an
+// uncached line costs).  For outputs larger than the last-level cache that is a third of the
+// traffic of a read-one-write-one kernel.  Whole 64/32/16-byte pieces at their own alignment are
+// streamed (a row that starts 32 bytes into a line streams as 32-byte halves), anything else is a
+// plain store.  Streaming stores are weakly ordered: a writer must run stream_fence() (sfence)
+// before another thread may read them -- generated kernels fence at the end of every parallel
+// region and of the kernel.
+template <size_t B, typename R, typename St>
+TP_INLINE bool stream_pieces(char* d, const char* s, size_t n, St st) {   // B-byte pieces, if aligned
+    if (n % B != 0 || reinterpret_cast<uintptr_t>(d) % B != 0) return false;
+    for (size_t k = 0; k < n; k += B) {
+        R v;
+        std::memcpy(&v, s + k, B);
+        st(reinterpret_cast<R*>(d + k), v);
+    }
+    return true;
+}
+TP_INLINE void stream_bytes(void* dst, const void* src, size_t n) {
+    char* d = static_cast<char*>(dst);
+    const char* s = static_cast<const char*>(src);
+#if defined(__AVX512F__)
+    if (stream_pieces<64, __m512i>(d, s, n, [](__m512i* p, __m512i v) { _mm512_stream_si512(p, v); })) return;
+#endif
+#if defined(__AVX__)
+    if (stream_pieces<32, __m256i>(d, s, n, [](__m256i* p, __m256i v) { _mm256_stream_si256(p, v); })) return;
+#endif
+#if defined(__SSE2__)
+    if (stream_pieces<16, __m128i>(d, s, n, [](__m128i* p, __m128i v) { _mm_stream_si128(p, v); })) return;
+#endif
+    std::memcpy(d, s, n);
+}
+}  // namespace detail
+// orders this thread's streaming stores before its later stores (and so before the barrier that
+// ends an OpenMP region): an sfence on x86, nothing elsewhere (no streaming stores there)
+TP_INLINE void stream_fence() {
+#if defined(__SSE2__)
+    _mm_sfence();
+#endif
+}
+
+namespace detail {
 // Partial loads/stores of one native chunk: the first m lanes (m may be <= 0 or >= the lane count).
 // AVX-512 / AVX2 masked moves (they never touch memory outside the mask); a lane loop otherwise.
 template <typename C, typename E>
@@ -343,6 +385,9 @@ struct Vec {
         return load(t);
     }
     TP_INLINE void store(T* p) const { std::memcpy(p, c, sizeof(c)); }
+    // store() that bypasses the caches (non-temporal) as far as p's alignment allows; the data
+    // is visible to other threads only after tp::stream_fence() (see detail::stream_bytes)
+    TP_INLINE void store_stream(T* p) const { detail::stream_bytes(p, c, sizeof(c)); }
     TP_INLINE void storen(T* p, int n) const {         // first n lanes only
         for (int k = 0; k < nchunks; ++k)
             detail::chunk_storen(p + (n > k * chunk_lanes ? k * chunk_lanes : 0), c[k], n - k * chunk_lanes);
@@ -737,16 +782,56 @@ TP_INLINE typename Vec<T>::mask_type signbit(const Vec<T>& a) {
 
 // torch.maximum / torch.minimum: NaN if either is NaN; otherwise (a > b ? a : b) -- for equal
 // values (also +0 vs -0) the second argument is returned, like ATen's vectorised path.
+// Floats: (a > b ? a : b) is exactly x86's maxps(a, b) -- b when either is NaN -- so only a NaN
+// in a needs a fix-up: max, compare, blend (in a reduction acc = maximum(acc, x) the compare of acc
+// is off the dependency chain).
+namespace detail {
+template <bool Max, typename T>
+TP_INLINE Vec<T> select_gt(const Vec<T>& a, const Vec<T>& b) {   // Max ? (a > b ? a : b) : (a < b ? a : b)
+    Vec<T> r;
+#if defined(__AVX512F__) || defined(__AVX__) || defined(__SSE2__)
+    if constexpr (std::is_floating_point<T>::value) {
+        using C = typename Vec<T>::chunk_type;
+        constexpr bool f = std::is_same<T, float>::value;
+        for (int k = 0; k < Vec<T>::nchunks; ++k) {
+            const C x = a.c[k], y = b.c[k];
+#if defined(__AVX512F__)
+            if constexpr (sizeof(C) == 64) {
+                if constexpr (f) r.c[k] = (C)(Max ? _mm512_max_ps((__m512)x, (__m512)y) : _mm512_min_ps((__m512)x, (__m512)y));
+                else r.c[k] = (C)(Max ? _mm512_max_pd((__m512d)x, (__m512d)y) : _mm512_min_pd((__m512d)x, (__m512d)y));
+                continue;
+            }
+#endif
+#if defined(__AVX__)
+            if constexpr (sizeof(C) == 32) {
+                if constexpr (f) r.c[k] = (C)(Max ? _mm256_max_ps((__m256)x, (__m256)y) : _mm256_min_ps((__m256)x, (__m256)y));
+                else r.c[k] = (C)(Max ? _mm256_max_pd((__m256d)x, (__m256d)y) : _mm256_min_pd((__m256d)x, (__m256d)y));
+                continue;
+            }
+#endif
+            if constexpr (sizeof(C) == 16) {
+                if constexpr (f) r.c[k] = (C)(Max ? _mm_max_ps((__m128)x, (__m128)y) : _mm_min_ps((__m128)x, (__m128)y));
+                else r.c[k] = (C)(Max ? _mm_max_pd((__m128d)x, (__m128d)y) : _mm_min_pd((__m128d)x, (__m128d)y));
+                continue;
+            }
+            r.c[k] = Max ? (x > y ? x : y) : (x < y ? x : y);
+        }
+        return r;
+    }
+#endif
+    return Max ? where(a > b, a, b) : where(a < b, a, b);
+}
+}  // namespace detail
 template <typename T>
 TP_INLINE Vec<T> maximum(const Vec<T>& a, const Vec<T>& b) {
-    Vec<T> r = where(a > b, a, b);
-    if constexpr (std::is_floating_point<T>::value) r = where((a != a) | (b != b), a + b, r);
+    Vec<T> r = detail::select_gt<true>(a, b);
+    if constexpr (std::is_floating_point<T>::value) r = where(a != a, a, r);
     return r;
 }
 template <typename T>
 TP_INLINE Vec<T> minimum(const Vec<T>& a, const Vec<T>& b) {
-    Vec<T> r = where(a < b, a, b);
-    if constexpr (std::is_floating_point<T>::value) r = where((a != a) | (b != b), a + b, r);
+    Vec<T> r = detail::select_gt<false>(a, b);
+    if constexpr (std::is_floating_point<T>::value) r = where(a != a, a, r);
     return r;
 }
 // torch.clamp(x, lo, hi): NaN in x propagates

@@ -1,0 +1,122 @@
+"""Streaming (non-temporal) stores of large outputs (``choices.stream_stores``, docs/stax.md).
+
+Buffers of at least ``choices.STREAM_STORE_MIN_BYTES`` (the last-level cache) are written with
+``Vec::store_stream``; every parallel region then fences its threads' streaming stores before its
+closing barrier, and the kernel fences once more at its end.  The tests lower the threshold to one
+byte so that small tensors take the streaming path, and check every kernel shape of the code
+generator (row kernels, reductions with a broadcast phase, the parallel vector loop of purely
+elementwise kernels, column mode, serial kernels) against eager under the error model and bit for
+bit against the same program compiled with plain stores.
+"""
+import re
+
+import pytest
+import torch
+
+import tensorplay as tp
+import tensorplay.nn.functional as F
+from tensorplay.compiler.backends.stax import choices
+from test_stax_ops import check_error_model, run_native
+
+pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
+
+
+def rnd(*shape, seed=0, dtype=torch.float32):
+    g = torch.Generator().manual_seed(seed)
+    t = torch.randn(shape, generator=g, dtype=torch.float64)
+    return tp.from_torch(t.to(dtype) if dtype.is_floating_point else (t * 100).to(dtype))
+
+
+def _src(cf):
+    return cf._cache[0].artifact.source
+
+
+def _plain(f, *args):
+    """The result compiled with plain stores (threshold out of reach)."""
+    old = choices.STREAM_STORE_MIN_BYTES
+    choices.STREAM_STORE_MIN_BYTES = 1 << 62
+    try:
+        cf = tp.compile(f, strict_native=True)
+        cf(*args)           # the first call captures (and runs eagerly)
+        out = cf(*args)     # the second runs the artifact
+        assert "store_stream" not in _src(cf)
+        return out
+    finally:
+        choices.STREAM_STORE_MIN_BYTES = old
+
+
+@pytest.fixture
+def stream_all(monkeypatch):
+    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
+
+
+def _check(f, *args, n_red=1, parallel=True, scale=None):
+    out, cf = run_native(f, *args, n_red=n_red, scale=scale)
+    src = _src(cf)
+    assert "store_stream(" in src, src
+    # every parallel region fences before its closing barrier; the kernel fences at its end
+    regions = src.count("#pragma omp parallel\n")
+    assert regions == src.count("#pragma omp for") == src.count("nowait")
+    assert "#pragma omp parallel for" not in src
+    assert (regions > 0) == parallel, src
+    assert src.count("tp::stream_fence();") >= regions + 1
+    plain = _plain(f, *args)
+    for a, b in zip(out if isinstance(out, tuple) else (out,), plain if isinstance(plain, tuple) else (plain,)):
+        assert torch.equal(a._data.nan_to_num(), b._data.nan_to_num()) and torch.equal(a._data.isnan(), b._data.isnan())
+    return src
+
+
+def test_elementwise_parallel_vector_loop(stream_all):
+    x = rnd(1 << 16)
+    src = _check(lambda x: (x + 1, x.exp() * 2), x)
+    assert re.search(r"#pragma omp for nowait\s*\n\s*for \(idx_t rm0_b", src), src
+
+
+def test_row_kernels_any_row_alignment(stream_all):
+    # rows of 1000 floats start 32 bytes into a cache line every other row: streamed as halves
+    for shape in [(256, 1000), (300, 2048), (97, 13)]:
+        x = rnd(*shape)
+        par = shape[0] * shape[1] >= choices.PARALLEL_MIN_WORK
+        _check(lambda x: (x / x.abs().sum(-1, keepdim=True), F.softmax(x, -1)), x, n_red=shape[1], parallel=par)
+        _check(lambda x: F.layer_norm(x, (shape[1],)), x, n_red=shape[1], parallel=par, scale=1.0)
+
+
+def test_strided_and_transposed_inputs(stream_all):
+    x = rnd(300, 257).t()
+    _check(lambda x: (x * 3).relu().contiguous(), x)   # gathered loads, contiguous streamed stores
+    _check(lambda x: x[:, ::2] + 1, rnd(400, 300))
+
+
+def test_column_mode(stream_all):
+    x = rnd(257, 300)
+    src = _check(lambda x: (x.softmax(0), x.sum(0)), x, n_red=257)
+    assert "(columns)" in src
+
+
+def test_serial_kernel_fences_once(stream_all):
+    x = rnd(7, 37)
+    src = _check(lambda x: x * x - 1, x, parallel=False)
+    assert src.count("tp::stream_fence();") == 1
+
+
+@pytest.mark.parametrize("dtype", [torch.float64, torch.int32, torch.int64])
+def test_other_dtypes(stream_all, dtype):
+    x = rnd(128, 515, dtype=dtype)
+    _check(lambda x: (x * 2 + 1, x.abs().sum(-1, keepdim=True) - x), x, n_red=515)
+
+
+def test_off_by_default_for_small_buffers():
+    x = rnd(64, 64)
+    _, cf = run_native(lambda x: x + 1, x)
+    assert "store_stream" not in _src(cf) and choices.STREAM_STORE_MIN_BYTES >= 1 << 20
+
+
+def test_large_output_streams_with_default_threshold():
+    """A buffer of the threshold's size streams without any patching (the table13 case)."""
+    n = choices.STREAM_STORE_MIN_BYTES // 4
+    x = rnd(n // 1024 + 1, 1024)
+    cf = tp.compile(lambda x: x * 0.5 + 1, strict_native=True)
+    cf(x)
+    out = cf(x)
+    assert "store_stream(" in _src(cf)
+    check_error_model(out, x * 0.5 + 1, x.double() * 0.5 + 1)

@@ -351,7 +351,8 @@ class Lowered:
         built on first access; None for a region that needs no autograd."""
         if self._aot is None and self.is_training:
             from .aot import aot_lower
-            self._aot = aot_lower(self.graph_module, self.example_inputs, self._cf.options["aot.partitioner"])
+            self._aot = aot_lower(self.graph_module, self.example_inputs, self._cf.options["aot.partitioner"],
+                                  getattr(self._cf.backend, "aot_decompose", None))
         return self._aot
 
     @property

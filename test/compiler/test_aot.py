@@ -511,3 +511,62 @@ def test_stax_50_step_training_loop_tracks_eager_loss_curve():
     # error model: per-step rounding ~ depth * u, amplified by Adam over 50 steps (measured 2e-6)
     for a, b in zip(c, e):
         assert math.isclose(a, b, rel_tol=1e-4, abs_tol=1e-6), (a, b)
+
+
+# ---------------------------------------------------------------------------------------------
+# backend-chosen decompositions (Stax: small attention is differentiated through its decomposition)
+# ---------------------------------------------------------------------------------------------
+def _attn_loss(q, k, v):
+    return (F.scaled_dot_product_attention(q, k, v, is_causal=True) * 3.0).square().sum()
+
+
+def _qkv(seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return [tp.from_torch(torch.randn(2, 3, 8, 16, generator=g)).requires_grad_() for _ in range(3)]
+
+
+def test_stax_small_attention_saves_probabilities(monkeypatch):
+    """Stax's choices.aot_decompose expands a small sdpa before AOT differentiates it: the forward
+    computes and saves the probabilities P, the backward reads P (no recomputed q kᵀ) and the
+    gradients match eager's fused-op formula."""
+    monkeypatch.setenv("TP_GRAPH_CACHE", "0")
+    ins = _qkv()
+    cf = tp.compile(_attn_loss, strict_native=True)
+    cf(*ins).backward()
+    got = [t.grad._data.clone() for t in ins]
+    for t in ins:
+        t.grad = None
+    _attn_loss(*ins).backward()
+    for a, t in zip(got, ins):
+        torch.testing.assert_close(a, t.grad._data, rtol=1e-4, atol=1e-5)
+    low = cf.lower(*ins)
+    fw_ops = [n.target_name for n in low.forward_graph.graph.nodes if n.op == "call_function"]
+    assert "scaled_dot_product_attention" not in fw_ops and "softmax" in fw_ops
+    saved = {tuple(s.shape) for s in low.saved_values}
+    assert (2, 3, 8, 8) in saved                      # P, the (L, S) probabilities
+    bw_ops = [n.target_name for n in low.backward_graph.graph.nodes if n.op == "call_function"]
+    assert "softmax" not in bw_ops and bw_ops.count("matmul") == 4   # dV, dP, dQ, dK only
+
+
+def test_stax_large_attention_keeps_the_fused_op(monkeypatch):
+    from tensorplay.compiler.backends.stax import choices
+    monkeypatch.setenv("TP_GRAPH_CACHE", "0")
+    monkeypatch.setattr(choices, "SDPA_DECOMPOSE_MAX_SCORES", 2 * 3 * 8 * 8 - 1)
+    ins = _qkv(1)
+    cf = tp.compile(_attn_loss, strict_native=True)
+    cf(*ins).backward()
+    low = cf.lower(*ins)
+    assert "scaled_dot_product_attention" in [n.target_name for n in low.forward_graph.graph.nodes]
+    got = [t.grad._data.clone() for t in ins]
+    for t in ins:
+        t.grad = None
+    _attn_loss(*ins).backward()
+    for a, t in zip(got, ins):
+        torch.testing.assert_close(a, t.grad._data, rtol=1e-4, atol=1e-5)
+
+
+def test_aot_eager_does_not_decompose_attention():
+    """aot_eager stays bit-exact with eager: only Stax asks for the decomposition."""
+    ins = _qkv(2)
+    low = tp.compile(_attn_loss, backend="aot_eager").lower(*ins)
+    assert "scaled_dot_product_attention" in [n.target_name for n in low.forward_graph.graph.nodes]

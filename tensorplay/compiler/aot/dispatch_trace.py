@@ -139,7 +139,7 @@ def region_device(example_inputs):
     return torch.device("cpu")
 
 
-def dispatch_trace(gm, example_inputs, *, basis=None, name="aot_forward") -> DispatchTrace:
+def dispatch_trace(gm, example_inputs, *, basis=None, decompose_if=None, name="aot_forward") -> DispatchTrace:
     """Retrace ``gm`` (functionalised) at the dispatcher level (see the module docstring)."""
     tr = Tracer(execute=False)
     names = [n.name for n in gm.graph.placeholders]
@@ -159,10 +159,12 @@ def dispatch_trace(gm, example_inputs, *, basis=None, name="aot_forward") -> Dis
     tr.graph.lint()
     new = GraphModule(tr.graph, dict(tr.constants), name=name)
     tr.release()
-    if basis is not None:
+    if basis is not None or decompose_if is not None:
         from ..passes.dce import dce
-        from ..passes.decompose import decompose
+        from ..passes.decompose import decompose, decompose_nodes
         decompose(new, basis)
+        if decompose_if is not None:      # the backend's choice of nodes (docs/aot.md)
+            decompose_nodes(new, decompose_if)
         dce(new)
         new.graph.lint()
         new.recompile()

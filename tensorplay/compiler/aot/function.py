@@ -85,9 +85,11 @@ def _partitioner(name):
                          f"choose one of {sorted(PARTITIONERS)}") from None
 
 
-def aot_lower(gm, example_inputs, partitioner="min_cut") -> AOTLowered:
-    """Joint graph and partition of a region, without compiling anything."""
-    joint = build_joint(gm, example_inputs)
+def aot_lower(gm, example_inputs, partitioner="min_cut", decompose_if=None) -> AOTLowered:
+    """Joint graph and partition of a region, without compiling anything.  ``decompose_if(node)``:
+    the backend's choice of forward nodes to expand by their decomposition before differentiating
+    (a backend function's ``aot_decompose`` attribute, e.g. Stax's ``choices.aot_decompose``)."""
+    joint = build_joint(gm, example_inputs, decompose_if=decompose_if)
     part = _partitioner(partitioner)(joint)
     return AOTLowered(joint, part, partitioner if isinstance(partitioner, str) else
                       getattr(partitioner, "__name__", "custom"))
@@ -234,12 +236,12 @@ class AOTRuntime:
 
 
 def aot_backend(gm, example_inputs, *, fw_compiler, bw_compiler=None, options=None, strict_native=False,
-                check_native=None, name="region", **kwargs):
+                check_native=None, name="region", decompose_if=None, **kwargs):
     """Compile a training region: joint graph, partition, forward now, backward lazily (see the
     module docstring).  ``fw_compiler(gm, example_inputs) -> callable`` is a non-autograd backend
     (it receives detached example inputs); ``bw_compiler`` defaults to it."""
     partitioner = (options or {}).get("aot.partitioner", "min_cut")
-    lowered = aot_lower(gm, example_inputs, partitioner)
+    lowered = aot_lower(gm, example_inputs, partitioner, decompose_if)
     rt = AOTRuntime(lowered, example_inputs, fw_compiler, bw_compiler or fw_compiler, name=name,
                     strict_native=strict_native, check_native=check_native)
 

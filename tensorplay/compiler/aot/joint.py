@@ -140,14 +140,14 @@ def _zeros(meta, device):
     return OPS["_zeros"].fn(list(meta.shape), dtype=meta.dtype, device=device)
 
 
-def build_joint(gm, example_inputs, *, basis=None, run_passes=True, name="joint") -> JointGraph:
+def build_joint(gm, example_inputs, *, basis=None, decompose_if=None, run_passes=True, name="joint") -> JointGraph:
     """The joint graph of the region ``gm`` (functionalised, as the front end produces it) for these
     example inputs (their ``requires_grad`` flags decide what is differentiated).  See the module
     docstring for the layout and the guarantees."""
     from ...autograd import grad_mode
     grad_on = grad_mode.is_grad_enabled()
     primal_rg = [bool(grad_on and getattr(t, "requires_grad", False)) for t in example_inputs]
-    fwd = dispatch_trace(gm, example_inputs, basis=basis, name=f"{name}_forward")
+    fwd = dispatch_trace(gm, example_inputs, basis=basis, decompose_if=decompose_if, name=f"{name}_forward")
     fgm = fwd.gm
     rg = requires_grad_map(fgm, primal_rg)
     out_nodes = list(fgm.graph.output_node.args[0])

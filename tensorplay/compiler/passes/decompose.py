@@ -41,7 +41,7 @@ from ..capture.pytree import tree_flatten, tree_unflatten
 from ..capture.tracer import TENSOR_LEAF
 from ..graph.node import Node, map_arg
 
-__all__ = ["decompose", "decomposition_depth", "DecompositionCycleError", "trace_function", "splice",
+__all__ = ["decompose", "decompose_nodes", "decomposition_depth", "DecompositionCycleError", "trace_function", "splice",
            "replace_with_trace", "new_attr"]
 
 
@@ -294,4 +294,21 @@ def decompose(gm, basis=None) -> bool:
             continue
         changed = True
         work = [n for n in g.nodes if n not in before and wanted(n)] + work
+    return changed
+
+
+def decompose_nodes(gm, pred) -> bool:
+    """Expand the nodes for which ``pred(node)`` holds by their op's decomposition (one level; a
+    backend's choice for particular nodes, e.g. small attention in a training region).  A node
+    that cannot be traced stays, with the reason in ``node.meta["decompose_error"]``."""
+    from ..capture.proxy import CaptureError
+    changed = False
+    for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.opdef is not None
+                 and n.opdef.decomp is not None and pred(n)]:
+        try:
+            replace_with_trace(gm, node, node.opdef.decomp, node.args)
+        except (CaptureError, MissingMeta) as e:
+            node.meta["decompose_error"] = str(e)
+            continue
+        changed = True
     return changed

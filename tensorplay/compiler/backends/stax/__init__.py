@@ -85,7 +85,8 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         def native(g, example):
             return stax_backend(g, example, options=options, strict_native=strict_native, **kw)
         return aot_backend(gm, example_inputs, fw_compiler=native, options=options, strict_native=strict_native,
-                           check_native=_check_native if strict_native else None)
+                           check_native=_check_native if strict_native else None,
+                           decompose_if=stax_backend.aot_decompose)
     if any(isinstance(t, Tensor) and t.device.type != "cpu" for t in example_inputs):
         raise StaxStrictError("the Stax CPU backend got a non-CPU tensor (the GPU backend is a later issue)")
     from . import codecache
@@ -128,6 +129,14 @@ def _compiled_graph(gm, example_inputs, cpp_wrapper):
     if list(consts) == list(graph.constants) and all(consts[k] is graph.constants[k] for k in consts):
         codecache.save_graph(key, rec)   # only when a hit would rebuild the same constants
     return rec, graph.constants
+
+
+def _aot_decompose(node):
+    from . import choices
+    return choices.aot_decompose(node)
+
+
+stax_backend.aot_decompose = _aot_decompose   # read by aot_backend and Lowered.aot
 
 
 def _register():

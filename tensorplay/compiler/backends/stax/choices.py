@@ -7,6 +7,7 @@
   (shared bytes, -distance in the node order) — bytes saved first, then prefer near pairs.
 * :func:`parallel_depth` — how many outer loops an OpenMP kernel parallelises (Alg. 8.1).
 * :func:`stream_stores` — write a buffer with streaming (non-temporal) stores (§8 kernel quality)?
+* :func:`aot_decompose` — expand a training region's forward node by its decomposition (§5)?
 
 Experiment 4 changes ``score_fusion`` or disables horizontal fusion (``HORIZONTAL_FUSION``).
 """
@@ -20,7 +21,8 @@ import sympy
 from .ops_handler import CountingHandler, set_handler
 
 __all__ = ["should_realize", "can_fuse", "score_fusion", "parallel_depth", "stream_stores", "HORIZONTAL_FUSION",
-           "MAX_INLINE_OPS", "PARALLEL_MIN_WORK", "STREAM_STORE_MIN_BYTES"]
+           "MAX_INLINE_OPS", "PARALLEL_MIN_WORK", "STREAM_STORE_MIN_BYTES", "aot_decompose",
+           "SDPA_DECOMPOSE_MAX_SCORES"]
 
 #: a value read by several consumers is recomputed by each unless it costs more than this many ops
 MAX_INLINE_OPS = 24
@@ -124,3 +126,24 @@ def stream_stores(nbytes) -> bool:
     plain store of an uncached line costs is wasted traffic (a third of a read-one-write-one
     kernel's).  Smaller buffers keep plain stores, so a consumer kernel finds them in cache."""
     return nbytes >= STREAM_STORE_MIN_BYTES
+
+
+#: attention whose score matrix has at most this many elements is decomposed in training regions
+SDPA_DECOMPOSE_MAX_SCORES = 1 << 20
+
+
+def aot_decompose(node) -> bool:
+    """Expand this forward node of a training region by its decomposition before AOT differentiates
+    it?  Yes for scaled_dot_product_attention with a small score matrix (at most
+    ``SDPA_DECOMPOSE_MAX_SCORES`` elements, 4 MiB in float32): the forward then computes the
+    probabilities P itself (two matmuls around one fused mask + softmax kernel), the min-cut
+    partitioner saves P (a reduction output), and the backward reads it instead of recomputing
+    q kᵀ and the softmax as the fused op's derivative formula must.  Long sequences keep the fused
+    library kernel, which never materialises the L x S scores."""
+    d = node.opdef
+    if d is None or d.name != "scaled_dot_product_attention":
+        return False
+    q, k = (a.meta.get("val") for a in node.args[:2])
+    if q is None or k is None or q.dim() < 2:   # (meta values; Stax compiles CPU regions only)
+        return False
+    return math.prod(q.shape[:-1]) * k.shape[-2] <= SDPA_DECOMPOSE_MAX_SCORES

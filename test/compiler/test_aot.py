@@ -520,6 +520,15 @@ def _attn_loss(q, k, v):
     return (F.scaled_dot_product_attention(q, k, v, is_causal=True) * 3.0).square().sum()
 
 
+def _assert_grads_match_eager(ins):
+    got = [t.grad._data.clone() for t in ins]
+    for t in ins:
+        t.grad = None
+    _attn_loss(*ins).backward()
+    for a, t in zip(got, ins):
+        torch.testing.assert_close(a, t.grad._data, rtol=1e-4, atol=1e-5)
+
+
 def _qkv(seed=0):
     g = torch.Generator().manual_seed(seed)
     return [tp.from_torch(torch.randn(2, 3, 8, 16, generator=g)).requires_grad_() for _ in range(3)]
@@ -533,12 +542,7 @@ def test_stax_small_attention_saves_probabilities(monkeypatch):
     ins = _qkv()
     cf = tp.compile(_attn_loss, strict_native=True)
     cf(*ins).backward()
-    got = [t.grad._data.clone() for t in ins]
-    for t in ins:
-        t.grad = None
-    _attn_loss(*ins).backward()
-    for a, t in zip(got, ins):
-        torch.testing.assert_close(a, t.grad._data, rtol=1e-4, atol=1e-5)
+    _assert_grads_match_eager(ins)
     low = cf.lower(*ins)
     fw_ops = [n.target_name for n in low.forward_graph.graph.nodes if n.op == "call_function"]
     assert "scaled_dot_product_attention" not in fw_ops and "softmax" in fw_ops
@@ -557,12 +561,7 @@ def test_stax_large_attention_keeps_the_fused_op(monkeypatch):
     cf(*ins).backward()
     low = cf.lower(*ins)
     assert "scaled_dot_product_attention" in [n.target_name for n in low.forward_graph.graph.nodes]
-    got = [t.grad._data.clone() for t in ins]
-    for t in ins:
-        t.grad = None
-    _attn_loss(*ins).backward()
-    for a, t in zip(got, ins):
-        torch.testing.assert_close(a, t.grad._data, rtol=1e-4, atol=1e-5)
+    _assert_grads_match_eager(ins)
 
 
 def test_aot_eager_does_not_decompose_attention():

@@ -1,4 +1,5 @@
-"""Fit the float32 erf table of ``cpp_prelude.h`` (``fp<float>::erf_tab_c`` / ``erf_tab_p``).
+"""Fit the float32 erf table of ``cpp_prelude.h`` (``fp<float>::erf_tab_c`` / ``erf_tab_p``);
+``fit_table`` also serves ``tools/fit_tanh.py``.
 
 The table has eight entries, chosen per lane by ``i = trunc(2|x|)``:
 
@@ -21,12 +22,6 @@ import mpmath
 import numpy as np
 
 mpmath.mp.dps = 40
-DEG = int(sys.argv[1]) if len(sys.argv) > 1 else 7
-HI = 3.95
-
-
-def erf_m(v):
-    return mpmath.erf(mpmath.mpf(float(v)))
 
 
 def c_literal(v):
@@ -58,24 +53,24 @@ def as_f32(bits):
     return np.array([bits], np.uint32).view(np.float32)[0]
 
 
-def centre(lo, hi):
-    """(offset in ulp, c, erf(c) as float): a float c within 0.1 of the middle of [lo, hi] whose erf
-    is closest to a float"""
-    mid = 0.5 * (lo + hi)
-    f0 = np.float32(float(erf_m(mid)))
+def centre(f, lo, hi, at=0.5):
+    """(offset in ulp, c, f(c) as float): a float c within 0.1 of ``lo + at (hi - lo)`` whose f(c)
+    is closest to a float (f rises to 1: solved on the scale of log(1 - f), well conditioned near 1)"""
+    mid = lo + at * (hi - lo)
+    f0 = np.float32(float(f(mpmath.mpf(mid))))
     best = None
     for k in range(-8, 9):
-        f = float(f0 + np.float32(k) * np.spacing(f0))
-        if not f < 1:
+        t = float(f0 + np.float32(k) * np.spacing(f0))
+        if not t < 1:
             continue
-        try:   # erf(c) = f, solved on erfc's log scale (well conditioned near 1)
-            c = mpmath.findroot(lambda t: mpmath.log(mpmath.erfc(t)) - mpmath.log(1 - mpmath.mpf(f)), mid, tol=1e-25)
-        except ValueError:
+        try:
+            c = mpmath.findroot(lambda u: mpmath.log(1 - f(u)) - mpmath.log(1 - mpmath.mpf(t)), mid, tol=1e-25)
+        except (ValueError, ZeroDivisionError):
             continue
         bits = int(np.array([float(c)], np.float32).view(np.uint32)[0])
         for d in range(-300, 301):
             cc = as_f32(bits + d)
-            e = erf_m(cc)
+            e = f(mpmath.mpf(float(cc)))
             ff = np.float32(float(e))
             off = abs(float(e - mpmath.mpf(float(ff)))) / float(np.spacing(ff))
             if abs(float(cc) - mid) < 0.1 and (best is None or off < best[0]):
@@ -83,34 +78,40 @@ def centre(lo, hi):
     return best
 
 
-def main():
+def fit_table(f, name, n, hi, deg, at=lambda i: 0.5):
+    """The C++ rows of an n-entry table for an odd function f rising to 1: entry 0 is x + x P(x^2)
+    on [0, 1/2), entry i is P_i(|x| - c_i) on [i/2, i/2 + 1/2) (the last one up to ``hi``); the
+    centre of entry i sits near ``at(i)`` of its interval.  Prints fit details on stderr."""
+    def fv(v):
+        return float(f(mpmath.mpf(float(v))))
     cols, cents, errs = [], [], []
     z = np.linspace(0, 0.25, 3000)[1:]
     x = np.sqrt(z)
-    ref = np.array([float(erf_m(v)) for v in x])
-    basis = np.stack([z ** k for k in range(DEG)], 1)
+    ref = np.array([fv(v) for v in x])
+    basis = np.stack([z ** k for k in range(deg)], 1)
     p = fit_rounded(basis, (ref - x) / x, x / ulp32(ref))
     cols.append(np.concatenate([p, [0.0]]))
     cents.append(0.0)
     errs.append(np.max(np.abs(x + x * (basis @ p) - ref) / ulp32(ref)))
-    for i in range(1, 8):
-        lo, hi = 0.5 * i, min(0.5 * i + 0.5, HI)
-        off, c, c0 = centre(lo, hi)
-        x = np.linspace(lo, hi, 3000)
-        ref = np.array([float(erf_m(v)) for v in x])
-        basis = np.stack([(x - float(c)) ** k for k in range(DEG + 1)], 1)
+    for i in range(1, n):
+        lo, top = 0.5 * i, (0.5 * i + 0.5 if i < n - 1 else hi)
+        off, c, c0 = centre(f, lo, top, at(i))
+        x = np.linspace(lo, top, 3000)
+        ref = np.array([fv(v) for v in x])
+        basis = np.stack([(x - float(c)) ** k for k in range(deg + 1)], 1)
         col = fit_rounded(basis, ref, 1 / ulp32(ref), fixed=(float(c0),))
         cols.append(col)
         cents.append(float(c))
         errs.append(np.max(np.abs(basis @ col - ref) / ulp32(ref)))
-        print(f"[{lo}, {hi}): centre {float(c)!r}, erf(centre) {off:.5f} ulp from a float", file=sys.stderr)
+        print(f"[{lo}, {top}): centre {float(c)!r}, {name}(centre) {off:.5f} ulp from a float", file=sys.stderr)
     print("approximation error (ulp):", " ".join(f"{e:.3f}" for e in errs), file=sys.stderr)
-    print("    static constexpr float erf_tab_c[8] = {" + ", ".join(c_literal(c) for c in cents) + "};")
-    print(f"    static constexpr float erf_tab_p[{DEG + 1}][8] = {{")
-    for k in range(DEG, -1, -1):
-        print("        {" + ", ".join(c_literal(cols[i][k]) for i in range(8)) + "},")
-    print("    };")
+    out = [f"    static constexpr float {name}_tab_c[{n}] = {{" + ", ".join(c_literal(c) for c in cents) + "};",
+           f"    static constexpr float {name}_tab_p[{deg + 1}][{n}] = {{"]
+    for k in range(deg, -1, -1):
+        out.append("        {" + ", ".join(c_literal(cols[i][k]) for i in range(n)) + "},")
+    out.append("    };")
+    return "\n".join(out)
 
 
 if __name__ == "__main__":
-    main()
+    print(fit_table(mpmath.erf, "erf", 8, 3.95, int(sys.argv[1]) if len(sys.argv) > 1 else 7))

@@ -579,6 +579,19 @@ def test_out_of_range_index_raises_naming_op_value_size(case):
     assert_close(cf(x, gi), f(x, gi))          # the error slot was cleared: the next call is fine
 
 
+def test_index_computed_from_loop_variables_is_a_direct_load():
+    """An index built by arithmetic on loop variables (``embedding(arange(T), wpe)``, as in GPT) is
+    proved in range (bounds.py) and read as an ordinary affine load: no run-time check, no gather.
+    (Out-of-range arange indices fail at capture, in eager.)"""
+    w = rnd(32, 64)
+    _, cf = run_native(lambda w: F.embedding(tp.arange(32), w) * 2 + F.embedding(tp.arange(31, -1, -1), w), w)
+    src = cf._cache[0].artifact.source
+    assert "tp_check_index" not in src and "tp_gather" not in src, src
+    # integer division is not tracked symbolically: the run-time check stays
+    _, cf = run_native(lambda w: F.embedding(tp.arange(64) // 2, w) + 1, w)
+    assert "tp_check_index" in cf._cache[0].artifact.source
+
+
 def test_bounds_masks_mod_floor_and_indirect():
     import sympy
     from tensorplay.compiler.backends.stax.bounds import Interval, IndirectIndex, bound, check_access, refine

@@ -29,12 +29,13 @@ from __future__ import annotations
 
 import contextlib
 import math
+import operator
 
 import sympy
 import torch
 
 from .. import choices
-from ..bounds import IndirectIndex, _fraction
+from ..bounds import IndirectIndex, _fraction, bound
 from ..ir import Reduction, Unsupported
 from ..ops_handler import COMPARE, set_handler
 from ..scheduler import Group, kernel_index, kernel_vars
@@ -123,6 +124,7 @@ class CppHandler:
         self.cse = {}
         self._mask = None          # the enclosing ops.masked condition (a bool _Val), if any
         self._ind = {}             # IndirectIndex tag -> C++ variable of the checked index
+        self._ind_expr = {}        # IndirectIndex tag -> its value as an index expression, when proved in range
         self._uniform = set()      # variables with the same value in every lane (broadcast loads)
         self._sym = {}             # variable -> sympy value of index arithmetic and its comparisons (masks)
 
@@ -147,6 +149,10 @@ class CppHandler:
         vt = _vt(dtype)
         ptr = k.ptr(name)
         ind = expr.atoms(IndirectIndex)
+        known = {a: self._ind_expr[int(a.args[0])] for a in ind if int(a.args[0]) in self._ind_expr}
+        if known:   # indices computed from loop variables (arange in embedding): a direct access
+            expr = sympy.expand(expr.xreplace(known))
+            ind = expr.atoms(IndirectIndex)
         if any(int(a.args[1]) == 0 for a in ind):
             # an index into an empty dim: every active lane has reported an error; read nothing
             return self._emit(f"{vt}({_lit(0, dtype)})", dtype)
@@ -193,7 +199,8 @@ class CppHandler:
         """``expr`` as a C++ ``tp::Vec<int64_t>``: one index per lane (the vector-loop variable
         becomes its lane vector, checked indices their variables); ``emit=False``: the C++
         expression itself, not a variable."""
-        subs = {a: sympy.Symbol(self._ind[int(a.args[0])], integer=True) for a in expr.atoms(IndirectIndex)}
+        subs = {a: self._ind_expr.get(int(a.args[0])) or sympy.Symbol(self._ind[int(a.args[0])], integer=True)
+                for a in expr.atoms(IndirectIndex)}
         v = self.k.vec_var
         if v is not None and self.mode != "row" and v in expr.free_symbols:
             lanes = f"(tp::Vec<int64_t>::iota(0) + tp::Vec<int64_t>({v}))"
@@ -323,6 +330,12 @@ class CppHandler:
         raises (runtime.checked_kernel)."""
         if value.dtype.is_floating_point:
             raise Unsupported("a floating-point index")
+        proved = self._proved_index(value, size)
+        if proved is not None:       # index arithmetic on loop variables, provably in [0, size)
+            tag = len(self._ind)
+            self._ind[tag] = str(value)
+            self._ind_expr[tag] = proved
+            return tag
         msg = (check or "IndexError: index {value} is out of bounds for size " + str(size))
         fmt = msg.replace("%", "%%").replace("{value}", "%lld").replace("\\", "\\\\").replace('"', '\\"')
         key = ("check", str(value), int(size), bool(wrap_negative), self._active(), self._nl(), fmt)
@@ -341,6 +354,22 @@ class CppHandler:
         tag = len(self._ind)
         self._ind[tag] = self.cse[key].name
         return tag
+
+    def _proved_index(self, value, size):
+        """The index expression of ``value`` when it is arithmetic on loop variables (index_expr,
+        constants, + - *) and bounds.py proves it in ``[0, size)``; else None."""
+        e = self._sym.get(value.name)
+        if not isinstance(e, sympy.Expr):
+            return None
+        k = self.k
+        ranges = {m: (0, int(n) - 1) for m, n in k.outer_loops + k.inner_loops}
+        if k.vec_var is not None and k.inner_loops:
+            ranges.setdefault(k.vec_var, ranges[k.inner_loops[-1][0]])
+        try:
+            iv = bound(e, ranges)
+        except Unsupported:
+            return None
+        return e if iv.within(0, int(size) - 1) else None
 
     def index_expr(self, expr, dtype):
         e = self.k.translate(expr)
@@ -373,14 +402,22 @@ class CppHandler:
         return self._emit(f"tp::where(tp_mask_from_bool<{CTYPE[a.dtype]}>({c}), {a}, {b})", a.dtype)
 
     # -- arithmetic -------------------------------------------------------------------------------------
+    def _int_arith(self, v, a, b, op):
+        """Track integer index arithmetic symbolically (see _proved_index)."""
+        if a.name in self._sym and b.name in self._sym and not v.dtype.is_floating_point:
+            x, y = self._sym[a.name], self._sym[b.name]
+            if isinstance(x, sympy.Expr) and isinstance(y, sympy.Expr):   # not a comparison (mask)
+                self._sym[v.name] = sympy.expand(op(x, y))
+        return v
+
     def add(self, a, b):
-        return self._emit(f"({a} + {b})", a.dtype)
+        return self._int_arith(self._emit(f"({a} + {b})", a.dtype), a, b, operator.add)
 
     def sub(self, a, b):
-        return self._emit(f"({a} - {b})", a.dtype)
+        return self._int_arith(self._emit(f"({a} - {b})", a.dtype), a, b, operator.sub)
 
     def mul(self, a, b):
-        return self._emit(f"({a} * {b})", a.dtype)
+        return self._int_arith(self._emit(f"({a} * {b})", a.dtype), a, b, operator.mul)
 
     def truediv(self, a, b):
         return self._emit(f"({a} / {b})", a.dtype)

@@ -40,7 +40,9 @@
 //   floor ceil trunc round   exact  hardware rounding (vrndscale/vroundps); round = half to even
 //   exp exp2 expm1           1      vectorised: Cody-Waite reduction + minimax polynomial
 //   log log2 log10 log1p     1      vectorised: exponent split + atanh-series minimax polynomial
-//   tanh sigmoid             1      vectorised: polynomial near 0, exp as a double-word elsewhere
+//   tanh (float)             1      vectorised: sixteen polynomials picked per lane (as float erf);
+//                                   0.75 ulp, every float tested
+//   tanh (double) sigmoid    1      vectorised: polynomial near 0, exp as a double-word elsewhere
 //   erf (float)              1      vectorised: eight polynomials picked per lane by trunc(2|x|)
 //                                   through a table permute (0.66 ulp, every float tested)
 //   erf (double) erfc        1      vectorised: odd polynomial near 0, else exp(-x^2) * erfcx(x)
@@ -1238,6 +1240,19 @@ template <> struct fp<float> {
     // that erf(c_i) = P_i(0) is a float to < 0.01 ulp; entry 0 serves |x| < 1/2 as x + x P_0(x^2).
     // Row k holds the degree-(7-k) coefficients.  Weighted least-squares fits rounded to float one
     // coefficient at a time (mpmath; tools/fit_erf.py), at most 0.035 ulp from erf before rounding.
+    // tanh by table (float only; tools/fit_tanh.py): the scheme of erf_tab with sixteen entries,
+    // i = trunc(2 min(|x|, 7.75)); the last entry serves [7.5, 9.02] (tanh rounds to 1 from 9.0109)
+    static constexpr float tanh_tab_c[16] = {0.0f, 0x1.4cce1ep-1f, 0x1.40015ep+0f, 0x1.bfff9p+0f, 0x1.1ffe24p+1f, 0x1.60023p+1f, 0x1.9ffd2cp+1f, 0x1.e0081cp+1f, 0x1.100976p+2f, 0x1.2ffe1ep+2f, 0x1.4fd34cp+2f, 0x1.6f56cap+2f, 0x1.9044c4p+2f, 0x1.ab77e6p+2f, 0x1.d1cb7ep+2f, 0x1.0a2b24p+3f};
+    static constexpr float tanh_tab_p[8][16] = {
+        {0.0f, 0x1.632f5ep-6f, -0x1.3d8462p-8f, -0x1.0452aap-9f, -0x1.0f6ccp-14f, 0x1.eb2d1ap-14f, 0x1.e13d2cp-15f, 0x1.8fd28cp-16f, 0x1.59dae4p-17f, 0x1.0c469ep-18f, 0x1.71eb34p-20f, 0x1.1d642ep-21f, 0x1.9951c6p-23f, 0x1.daae62p-25f, 0x1.41f396p-25f, 0x1.fba22ap-29f},
+        {0x1.74d0c4p-9f, -0x1.1c0938p-6f, 0x1.ee51cp-7f, 0x1.0fd2fep-9f, -0x1.795c32p-11f, -0x1.1e8e2cp-11f, -0x1.00cfecp-12f, -0x1.9064b8p-14f, -0x1.24c378p-15f, -0x1.b4c2ap-17f, -0x1.4ed196p-18f, -0x1.f83892p-20f, -0x1.65aa8ap-21f, -0x1.269d7cp-22f, -0x1.5fa31ep-24f, -0x1.84ef6p-27f},
+        {-0x1.1ef726p-7f, -0x1.dcd524p-5f, -0x1.39e0acp-6f, 0x1.e4e856p-9f, 0x1.0518bep-8f, 0x1.f28884p-10f, 0x1.90bebcp-11f, 0x1.2ffcfcp-12f, 0x1.c396fep-14f, 0x1.4df398p-15f, 0x1.ef2a78p-17f, 0x1.72116p-18f, 0x1.087698p-19f, 0x1.c4f6e6p-21f, 0x1.0fed62p-22f, 0x1.0d4948p-25f},
+        {0x1.668326p-6f, 0x1.0bbe8ep-3f, -0x1.9c6c56p-7f, -0x1.8164d6p-6f, -0x1.93d51ap-7f, -0x1.4e2f0cp-8f, -0x1.007d5ap-9f, -0x1.7f0648p-11f, -0x1.1b517ap-12f, -0x1.a252d8p-14f, -0x1.357f06p-15f, -0x1.ce7d96p-17f, -0x1.4a9bc6p-18f, -0x1.1aba54p-19f, -0x1.5579bp-21f, -0x1.547124p-24f},
+        {-0x1.ba2544p-5f, -0x1.1f9568p-8f, 0x1.bba18ap-4f, 0x1.01ba9p-4f, 0x1.bbd93ep-6f, 0x1.598c6cp-7f, 0x1.03a4d8p-8f, 0x1.80bc04p-10f, 0x1.1badfep-11f, 0x1.a272fp-13f, 0x1.359b26p-14f, 0x1.cea1c8p-16f, 0x1.4aa892p-17f, 0x1.1aa986p-18f, 0x1.5556b8p-20f, 0x1.55865p-23f},
+        {0x1.111146p-3f, -0x1.8a1494p-2f, -0x1.e7258ep-3f, -0x1.b6d9a6p-4f, -0x1.5c473ap-5f, -0x1.077534p-6f, -0x1.87d2aep-8f, -0x1.213122p-9f, -0x1.a9dd1ep-11f, -0x1.39edb2p-12f, -0x1.d0764p-14f, -0x1.5afd6ap-15f, -0x1.effeb6p-17f, -0x1.a7ff4cp-18f, -0x1.ffff5cp-20f, -0x1.0004acp-22f},
+        {-0x1.555556p-2f, 0x1.58abccp-1f, 0x1.1f227ap-2f, 0x1.d22e22p-4f, 0x1.641aa8p-5f, 0x1.099ea4p-6f, 0x1.8900b8p-8f, 0x1.218308p-9f, 0x1.aa09d4p-11f, 0x1.39f9fap-12f, 0x1.d07cb6p-14f, 0x1.5aff16p-15f, 0x1.efff88p-17f, 0x1.a7ffd4p-18f, 0x1.ffffecp-20f, 0x1.fffd8ap-23f},
+        {-0x1.6c1a08p-36f, 0x1.24b2dp-1f, 0x1.b253p-1f, 0x1.e1fbep-1f, 0x1.f4bf84p-1f, 0x1.fbd52ep-1f, 0x1.fe7668p-1f, 0x1.ff6f2ap-1f, 0x1.ffcabcp-1f, 0x1.ffec6p-1f, 0x1.fff8bep-1f, 0x1.fffd4ap-1f, 0x1.ffff08p-1f, 0x1.ffff96p-1f, 0x1.ffffep-1f, 0x1.fffffcp-1f},
+    };
     static constexpr float erf_tab_c[8] = {0.0f, 0x1.7ffd96p-1f, 0x1.4001f8p+0f, 0x1.c0029cp+0f, 0x1.1ffc88p+1f, 0x1.6003dap+1f, 0x1.a2441ep+1f, 0x1.d8788p+1f};
     static constexpr float erf_tab_p[8][8] = {
         {0.0f, 0x1.31aa9ep-6f, 0x1.ddaa1cp-9f, -0x1.85f0e8p-8f, -0x1.7b72ap-11f, 0x1.4e16d4p-11f, 0x1.6dd2ep-13f, 0x1.4719eap-16f},
@@ -1359,16 +1374,22 @@ TP_INLINE Vec<T> horner(const Vec<T>& x, const T (&c)[N]) {
 }
 // tab[idx & (N2 - 1)] per lane, N2 = N rounded up to a power of two (entries past N read 0): a
 // small constant table indexed by a lane value.  When a native register holds the whole table this
-// is one permute per chunk (vpermps on AVX-512 and AVX2); narrower registers go lane by lane.
+// is one permute per chunk (vpermps on AVX-512 and AVX2), two registers' worth two permutes and a
+// blend; narrower registers go lane by lane.
 template <typename T, size_t N>
 TP_INLINE Vec<T> lookup(const T (&tab)[N], const ivec<T>& idx) {
     constexpr int N2 = N <= 1 ? 1 : 1 << (32 - __builtin_clz(unsigned(N - 1)));
     using C = typename Vec<T>::chunk_type;
     Vec<T> r;
-    if constexpr (Vec<T>::chunk_lanes >= N2 && Vec<T>::chunk_lanes > 1 && Vec<T>::chunk_lanes == ivec<T>::chunk_lanes) {
+    constexpr int L = Vec<T>::chunk_lanes;
+    if constexpr (L >= N2 && L > 1 && L == ivec<T>::chunk_lanes) {
         C t{};
         for (size_t k = 0; k < N; ++k) t[k] = tab[k];
         for (int k = 0; k < Vec<T>::nchunks; ++k) r.c[k] = __builtin_shuffle(t, idx.c[k] & (N2 - 1));
+    } else if constexpr (2 * L == N2 && L > 1 && L == ivec<T>::chunk_lanes) {   // two registers (AVX2, 16 entries)
+        C t0{}, t1{};
+        for (size_t k = 0; k < N; ++k) (k < size_t(L) ? t0[k] : t1[k - L]) = tab[k];
+        for (int k = 0; k < Vec<T>::nchunks; ++k) r.c[k] = __builtin_shuffle(t0, t1, idx.c[k] & (N2 - 1));
     } else {
         for (int i = 0; i < Vec<T>::size; ++i) {
             const int j = int(idx[i]) & (N2 - 1);
@@ -1633,6 +1654,17 @@ TP_INLINE detail::if_float<T> log1p(const Vec<T>& x) {
 template <typename T>
 TP_INLINE detail::if_float<T> tanh(const Vec<T>& x) {
     using F = detail::fp<T>;
+    if constexpr (std::is_same<T, float>::value) {
+        // the scheme of float erf (below) with a sixteen-entry table: no exp, no division
+        Vec<T> a = abs(x);
+        Vec<T> b = detail::clamp_keep_nan(a, T(0), T(9.02f));
+        detail::ivec<T> i = cast<typename F::I>(detail::clamp_keep_nan(a, T(0), T(7.75f)) * Vec<T>(T(2)));
+        auto small = i == detail::ivec<T>(0);
+        Vec<T> u = where(small, x * x, b - detail::lookup(F::tanh_tab_c, i));
+        Vec<T> q = detail::lookup(F::tanh_tab_p[0], i);
+        for (size_t k = 1; k < std::size(F::tanh_tab_p); ++k) q = detail::mla(q, u, detail::lookup(F::tanh_tab_p[k], i));
+        return where(x == Vec<T>(T(0)), x, where(small, detail::mla(x, q, x), copysign(q, x)));   // keeps -0
+    }
     const Vec<T> one(T(1));
     Vec<T> a = abs(x);
     Vec<T> z = x * x;

@@ -31,6 +31,34 @@ def test_outputs_keep_eager_strides(f):
         assert torch.allclose(o._data, r._data, rtol=1e-6, atol=1e-6)
 
 
+@pytest.mark.parametrize("f,shape", [
+    (lambda x: (x.t() * 3).relu() + 1, (300, 257)),             # column-major in and out
+    (lambda x: x.permute(2, 0, 1).exp() * x.permute(2, 0, 1), (6, 7, 40)),
+    (lambda x: (x.t().sigmoid(), x.t() - 1), (33, 70)),         # two outputs, same permuted layout
+])
+def test_elementwise_kernels_run_in_memory_order(f, shape):
+    """A purely elementwise kernel whose outputs keep a permuted (e.g. column-major) eager layout
+    loops in memory order (KernelGen._memory_order): plain vector loads and stores, no gathers or
+    scatters, and the same values and strides as eager."""
+    x = tp.randn(*shape)
+    cf, out, ref = _run(f, x)
+    src = cf._cache[0].artifact.source
+    assert "tp_gather" not in src and "tp_scatter" not in src, src
+    outs, refs = (out, ref) if isinstance(out, tuple) else ((out,), (ref,))
+    for o, r in zip(outs, refs):
+        assert o.stride() == r.stride()
+        assert torch.allclose(o._data, r._data, rtol=1e-6, atol=1e-6)
+
+
+def test_mixed_layouts_keep_the_output_order():
+    """Input column-major, output row-major (.contiguous()): the stores decide the order."""
+    x = tp.randn(40, 33).t()
+    cf, out, ref = _run(lambda x: (x * 2).contiguous(), x)
+    assert out.stride() == ref.stride() == (40, 1)
+    assert torch.equal(out._data, ref._data)
+    assert "tp_scatter" not in cf._cache[0].artifact.source
+
+
 def test_output_read_by_a_later_kernel_uses_its_final_layout():
     # y is an output (takes eager's column-major strides) and is also reduced by another kernel:
     # the reduction's loads must index y with the final layout, not the one it had when lowered

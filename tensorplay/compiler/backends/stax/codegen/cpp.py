@@ -763,12 +763,36 @@ class KernelGen:
                 i += 1
         return groups, gsizes
 
-    def generate(self) -> str:
+    def _memory_order(self):
+        """Loop order of a purely elementwise group: its variables sorted by the stride of its stored
+        buffers, largest outermost (stable), so that the vector loop runs along the unit stride
+        of what it writes -- ``x.t().exp()`` keeps eager's column-major output and now reads and
+        writes it contiguously instead of gathering and scattering.  (vars, sizes) of the nest."""
         outer, inner = self.sig
+        vars_, sizes = list(self.xs) + list(self.rs), list(outer) + list(inner)
+        if self.g.sig[0] != "pw" or any(p != "inner" for p in self.placements.values()) or len(vars_) < 2:
+            return vars_, sizes
+        stores = [e for name, e, _ in self.accesses if name in {n.name for n in self.g.nodes}]
+        if not stores:
+            return vars_, sizes
+
+        def stride(v):
+            cs = [sympy.diff(e, v) for e in stores]
+            return min(abs(int(c)) for c in cs) if all(c.is_Integer for c in cs) else None
+        st = [stride(v) for v in vars_]
+        if None in st or st[-1] == min(st):
+            return vars_, sizes
+        order = sorted(range(len(vars_)), key=lambda k: -st[k])
+        return [vars_[k] for k in order], [sizes[k] for k in order]
+
+    def generate(self) -> str:
         exprs = self._collect_exprs()
         self.index_t = self._check_bounds()
-        og, osz = self._merge(self.xs, outer, exprs)
-        ig, isz = self._merge(self.rs, inner, exprs)
+        nest, nsz = self._memory_order()
+        n_out = len(nest) - len(self.rs) if nest == list(self.xs) + list(self.rs) else len(nest) - 1
+        outer, inner = tuple(nsz[:n_out]), tuple(nsz[n_out:])
+        og, osz = self._merge(nest[:n_out], outer, exprs)
+        ig, isz = self._merge(nest[n_out:], inner, exprs)
         self._merge_subs = {}
         self.outer_loops = []
         for k, (grp, size) in enumerate(zip(og, osz)):

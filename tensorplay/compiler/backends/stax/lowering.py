@@ -26,7 +26,7 @@ import torch
 
 from ...graph.node import map_arg
 from . import choices
-from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Reduction,
+from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Pointwise, Reduction,
                  ReinterpretView, TensorBox, Unsupported, contiguous_strides)
 
 __all__ = ["GraphLowering", "StaxLoweringError"]
@@ -142,14 +142,18 @@ class GraphLowering:
                                     f"meta says {val.dtype}{list(val.shape)}")
 
     # -- fallbacks and extern calls ---------------------------------------------------------------
-    def fallback(self, node, reason, kind="fallback"):
+    def fallback(self, node, reason, kind="fallback", prepare=None):
+        """A kernel that calls the op's eager implementation (an ATen library kernel for
+        ``kind="extern"``).  ``prepare(realized) -> realized`` may replace a tensor argument (e.g.
+        by a contiguous copy the library kernel would otherwise make itself)."""
         d = node.opdef
         name = d.name if d is not None else node.target_name
         if kind == "fallback":
             self.fallbacks.append((name, reason))
             if _debug_enabled():
                 print(f"[stax] fallback kernel for {name}: {reason}  ({node.format_node()})", file=sys.stderr)
-        args = map_arg(node.args, lambda n: self._extern_arg(self.env[n]))
+        prep = prepare or (lambda r: r)
+        args = map_arg(node.args, lambda n: prep(self._extern_arg(self.env[n])))
         val = node.meta.get("val")
         if d is not None and d.is_inplace:
             raise Unsupported(f"in-place op {name} left after functionalisation")
@@ -169,8 +173,27 @@ class GraphLowering:
         self.buffers.append(buf)
         return TensorBox(buf)
 
-    def extern(self, reason="library kernel"):
-        return self.fallback(self.current_node, reason, kind="extern")
+    def extern(self, reason="library kernel", prepare=None):
+        return self.fallback(self.current_node, reason, kind="extern", prepare=prepare)
+
+    def batched_matrix_copy(self, data):
+        """A dense copy of a realized buffer or view, batch dims row-major and each trailing matrix
+        in the source's own order (row- or column-major: a matmul reads either without a copy),
+        as a Stax kernel; one per source per graph."""
+        key = (id(data), data.layout)
+        cache = self.__dict__.setdefault("_copies", {})
+        if key not in cache:
+            box = TensorBox(data)
+            size = tuple(data.layout.size)
+            m, n = size[-2:]
+            st = data.layout.stride
+            col = st[-2] == 1 and st[-1] != 1 and n > 1
+            strides = list(contiguous_strides(size[:-2] + (m * n,))[:-1]) + ([1, m] if col else [n, 1])
+            buf = self.realize(TensorBox(Pointwise(data.dtype, data.device, list(size), box.make_loader())))
+            buf.set_layout(FixedLayout(data.dtype, data.device, size, tuple(strides), 0))
+            buf.freeze_layout()
+            cache[key] = (data, buf)
+        return cache[key][1]
 
     def _extern_arg(self, v):
         if isinstance(v, TensorBox):

@@ -1762,7 +1762,29 @@ def _extern(*args):
     return V.graph.extern("library kernel (ATen)")
 
 
-for _name in ("matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "convolution", "einsum",
+def _batch_collapsible(layout) -> bool:
+    """Can a batched matmul view this operand as (batch, m, n) without a copy?  Its batch dims must
+    merge into one stride (size-1 dims ignored)."""
+    dims = [(n, s) for n, s in zip(layout.size[:-2], layout.stride[:-2]) if n != 1]
+    return all(s0 == s1 * n1 for (_, s0), (n1, s1) in zip(dims, dims[1:]))
+
+
+def _bmm_operand(r):
+    """A batched-matmul operand whose batch dims do not merge (a head view of a fused qkv
+    projection: (B, H, T, D) with strides (T*3C, D, 3C, 1)) is copied densely by a Stax kernel
+    (GraphLowering.batched_matrix_copy): ATen would copy it anyway, in a parallel region of its own."""
+    lay = getattr(r, "layout", None)
+    if lay is None or len(lay.size) < 3 or _batch_collapsible(lay):
+        return r
+    return V.graph.batched_matrix_copy(r)
+
+
+@register_lowering("matmul", "bmm")
+def _extern_bmm(*args):
+    return V.graph.extern("library kernel (ATen)", prepare=_bmm_operand)
+
+
+for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "convolution", "einsum",
               "outer", "dot", "sort", "argsort", "topk", "cumsum", "cumprod", "_scatter_view",
               # library kernels with no loop-level form here: fused attention, and the scatter-adds
               # of embedding/index backward (their consumers still fuse into the next kernel)

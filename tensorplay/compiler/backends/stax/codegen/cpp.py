@@ -363,7 +363,8 @@ class CppHandler:
             return None
         k = self.k
         ranges = {m: (0, int(n) - 1) for m, n in k.outer_loops + k.inner_loops}
-        if k.vec_var is not None and k.inner_loops:
+        if k.vec_var is not None and k.inner_loops and not k.column:
+            # the unrolled copy rm0_u = rm0 + u*VL of the vector variable stays in rm0's range
             ranges.setdefault(k.vec_var, ranges[k.inner_loops[-1][0]])
         try:
             iv = bound(e, ranges)

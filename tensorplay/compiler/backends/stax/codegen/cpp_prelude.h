@@ -1382,6 +1382,7 @@ TP_INLINE Vec<T> lookup(const T (&tab)[N], const ivec<T>& idx) {
     using C = typename Vec<T>::chunk_type;
     Vec<T> r;
     constexpr int L = Vec<T>::chunk_lanes;
+#if defined(__GNUC__) && !defined(__clang__)   // __builtin_shuffle with a variable mask: GCC only
     if constexpr (L >= N2 && L > 1 && L == ivec<T>::chunk_lanes) {
         C t{};
         for (size_t k = 0; k < N; ++k) t[k] = tab[k];
@@ -1390,7 +1391,9 @@ TP_INLINE Vec<T> lookup(const T (&tab)[N], const ivec<T>& idx) {
         C t0{}, t1{};
         for (size_t k = 0; k < N; ++k) (k < size_t(L) ? t0[k] : t1[k - L]) = tab[k];
         for (int k = 0; k < Vec<T>::nchunks; ++k) r.c[k] = __builtin_shuffle(t0, t1, idx.c[k] & (N2 - 1));
-    } else {
+    } else
+#endif
+    {
         for (int i = 0; i < Vec<T>::size; ++i) {
             const int j = int(idx[i]) & (N2 - 1);
             r.set(i, j < int(N) ? tab[j] : T(0));

@@ -191,7 +191,7 @@ class Tensor:
         if self._data.numel() != 1:
             raise RuntimeError(f"Tensor.item(): a Tensor with {self._data.numel()} elements "
                                f"(shape {list(self.shape)}) cannot be converted to a Python scalar")
-        return self._data.item()
+        return _read_value(self, "item", lambda d: d.item())
 
     def tolist(self):
         return self._data.tolist()
@@ -206,7 +206,7 @@ class Tensor:
         if self._data.numel() != 1:
             raise RuntimeError(f"bool(Tensor): a Tensor with {self._data.numel()} elements (shape "
                                f"{list(self.shape)}) is ambiguous; use .any() or .all()")
-        return bool(self._data)
+        return _read_value(self, "bool", lambda d: bool(d))
 
     def __int__(self):
         return int(self.item())
@@ -427,6 +427,20 @@ class Tensor:
 
 
 _new = object.__new__
+
+
+#: set by compiler/capture/tracer.py: (tensor, kind, convert) -> (gated, value); inside a capture a
+#: Python read of a free tensor's value becomes a data gate instead of a constant baked silently
+_value_read_hook = None
+
+
+def _read_value(t, kind, convert):
+    h = _value_read_hook
+    if h is not None:
+        gated, value = h(t, kind, convert)
+        if gated:
+            return value
+    return convert(t._data)
 
 
 def _wrap(d: torch.Tensor) -> Tensor:

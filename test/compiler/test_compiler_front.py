@@ -402,3 +402,17 @@ def test_module_in_closure_parameters_are_free_inputs_not_constants():
     for _ in range(2):
         cg(x[:, :4]).backward()
     assert torch.allclose(hidden[0].grad._data, 2 * x._data[:, :4].sum(0), rtol=1e-5)
+
+
+def test_python_read_of_a_free_tensor_value_is_a_data_gate():
+    """float()/int()/item()/bool() of a free tensor (a closure's or a module buffer) inside a compiled
+    function is gated like a proxy's: when the value changes, the function recompiles instead of
+    reusing the value baked at capture."""
+    scale = tp.tensor(2.0)
+    x = tp.randn(5)
+    cf = tp.compile(lambda x: x * float(scale) + (1 if bool(scale > 1) else 0), backend="eager")
+    assert_close(cf(x), x * 2.0 + 1)
+    scale._data.fill_(0.5)
+    assert_close(cf(x), x * 0.5)
+    scale._data.fill_(3.0)
+    assert_close(cf(x), x * 3.0 + 1)

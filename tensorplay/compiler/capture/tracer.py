@@ -274,6 +274,16 @@ class Tracer:
                 d.pop("_tracer", None)
         self._proxies.clear()
 
+    def reads_free_value(self, t) -> bool:
+        """Is ``t`` (a plain tensor, not a proxy) a free tensor of this capture whose value changes
+        between calls (a module buffer or parameter, a closure's tensor), so that reading its value
+        in Python must become a data gate?  Constants are snapshotted instead."""
+        key = id(t)
+        if key in self.sources:
+            return True
+        node = self._lifted.get(key)
+        return node is not None and node.op == "placeholder"
+
     def record_gate(self, proxy, kind, value):
         """The gate reads the tensor's value *now*: an explicit (pure) clone node marks the point,
         so after functionalisation it reads the post-mutation value even if the tensor was
@@ -370,3 +380,21 @@ def where_from(e: BaseException) -> str:
     if best is None:
         return "<unknown>"
     return f"{os.path.basename(best[0])}:{best[1]}: `{linecache.getline(best[0], best[1]).strip()}`"
+
+
+def _gate_free_tensor_read(t, kind, convert):
+    """``Tensor.item()`` / ``bool`` / ``int`` / ``float`` of a plain tensor: inside an active capture
+    that reads a free tensor's value (``1 / float(self.num_batches_tracked)``), record a data gate
+    like a proxy's (otherwise the value would be baked into the graph silently).  Returns
+    ``(True, value)`` when it gated, ``(False, None)`` otherwise."""
+    for obs in registry.observers:
+        tr = getattr(obs, "__self__", None)
+        if isinstance(tr, Tracer) and tr.active and tr.execute and tr.reads_free_value(t):
+            value = convert(t._data)
+            tr.record_gate(t, kind, value)
+            return True, value
+    return False, None
+
+
+from ... import _tensor as _tensor_mod  # noqa: E402
+_tensor_mod._value_read_hook = _gate_free_tensor_read

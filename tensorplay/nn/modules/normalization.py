@@ -22,6 +22,7 @@ import torch
 from .. import functional as F
 from .. import init
 from ..._tensor import _wrap
+from ...autograd.grad_mode import no_grad
 from ..parameter import Parameter
 from .module import Module
 
@@ -176,8 +177,12 @@ class _BatchNorm(Module):
         self._check_input_dim(input)
         factor = 0.0 if self.momentum is None else self.momentum
         if self.training and self.track_running_stats and self.num_batches_tracked is not None:
-            self.num_batches_tracked._data.add_(1)
-            factor = 1.0 / float(self.num_batches_tracked._data) if self.momentum is None else self.momentum
+            # a tp op (not a raw .data update): tp.compile captures it and writes the count back
+            with no_grad():
+                self.num_batches_tracked.add_(1)
+            # momentum=None: the cumulative factor depends on the count's value (a data gate when
+            # compiled: correct on every call, one specialisation per count)
+            factor = 1.0 / float(self.num_batches_tracked) if self.momentum is None else self.momentum
         use_batch_stats = self.training or (self.running_mean is None and self.running_var is None)
         track = not self.training or self.track_running_stats
         return F.batch_norm(input, self.running_mean if track else None, self.running_var if track else None,

@@ -154,9 +154,10 @@ def main(argv=None):
     print(f"measured read bandwidth B = {B / 1e9:.1f} GB/s (row sum of 64 MiB: the smallest median of "
           f"{len(rounds)} rounds of 7 readings spread over the run; round medians "
           f"{min(rounds) / 1e9:.1f}-{B / 1e9:.1f} GB/s)\n")
-    rows = [r[:11] + (f"{r[11] / B:.0%}",) + r[12:] for r in rows]
     headers = ["case", "tp eager", "tp compiled", "torch eager", "torch.compile", "S", "vs torch eager",
                "vs torch.compile", "rho", "beta_e GB/s", "beta_c GB/s", "beta_c/B", "compile s"]
+    col = headers.index("beta_c/B")     # rows hold beta_c there until B is known
+    rows = [r[:col] + (f"{r[col] / B:.0%}",) + r[col + 1:] for r in rows]
     print(format_table(rows, headers))
     print("\nS = t(tp eager)/t(tp compiled); 'vs X' = t(X)/t(tp compiled) (> 1: Stax is faster); "
           "rho = model bytes eager / compiled; beta = model bytes / median time.")

@@ -60,9 +60,7 @@ class Proxy(Tensor):
             raise CaptureError(f"data-dependent control flow: `{kind}` of a traced tensor at {where()} needs a "
                                f"value, but capture runs with execute=False (symbolic shapes and dtypes only). "
                                f"Use execute=True, or rewrite the branch with tp.where.")
-        value = convert(self._data)
-        tr.record_gate(self, kind, value)
-        return value
+        return tr.gate(self, kind, convert)
 
     def __bool__(self):
         if self._data.numel() != 1:

@@ -284,6 +284,12 @@ class Tracer:
         node = self._lifted.get(key)
         return node is not None and node.op == "placeholder"
 
+    def gate(self, t, kind, convert):
+        """The value ``convert(t's data)`` of a proxy or free tensor, recorded as a data gate."""
+        value = convert(t._data)
+        self.record_gate(t, kind, value)
+        return value
+
     def record_gate(self, proxy, kind, value):
         """The gate reads the tensor's value *now*: an explicit (pure) clone node marks the point,
         so after functionalisation it reads the post-mutation value even if the tensor was
@@ -390,9 +396,7 @@ def _gate_free_tensor_read(t, kind, convert):
     for obs in registry.observers:
         tr = getattr(obs, "__self__", None)
         if isinstance(tr, Tracer) and tr.active and tr.execute and tr.reads_free_value(t):
-            value = convert(t._data)
-            tr.record_gate(t, kind, value)
-            return True, value
+            return True, tr.gate(t, kind, convert)
     return False, None
 
 

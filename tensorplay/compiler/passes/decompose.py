@@ -273,7 +273,6 @@ def decompose(gm, basis=None) -> bool:
     basis = set(basis)
     g = gm.graph
     changed = False
-    from ..capture.proxy import CaptureError
 
     def wanted(n):
         return n.op == "call_function" and _expandable(n.opdef, basis) and "decompose_error" not in n.meta
@@ -282,33 +281,33 @@ def decompose(gm, basis=None) -> bool:
         node = work.pop(0)
         if node not in g.nodes:
             continue
-        op = node.opdef
         before = set(g.nodes)
-        try:
-            decomposition_depth(op.name, basis, node.args)      # raises on a cycle before any rewrite
-            replace_with_trace(gm, node, op.decomp, node.args)
-        except (CaptureError, MissingMeta) as e:
-            # not traceable symbolically (e.g. a data-dependent branch): the node stays, the
-            # backend runs it as an extern op; recorded so that the fixed point is not disturbed
-            node.meta["decompose_error"] = str(e)
+        # decomposition_depth raises on a cycle before any rewrite
+        if not _expand(gm, node, lambda node=node: decomposition_depth(node.opdef.name, basis, node.args)):
             continue
         changed = True
         work = [n for n in g.nodes if n not in before and wanted(n)] + work
     return changed
 
 
+def _expand(gm, node, check=None) -> bool:
+    """Replace ``node`` by its op's traced decomposition (after ``check()``).  A node that cannot be
+    traced symbolically (e.g. a data-dependent branch) stays -- the backend runs it as an extern op
+    -- with the reason in ``node.meta["decompose_error"]``, so that no fixed point is disturbed."""
+    from ..capture.proxy import CaptureError
+    try:
+        if check is not None:
+            check()
+        replace_with_trace(gm, node, node.opdef.decomp, node.args)
+    except (CaptureError, MissingMeta) as e:
+        node.meta["decompose_error"] = str(e)
+        return False
+    return True
+
+
 def decompose_nodes(gm, pred) -> bool:
     """Expand the nodes for which ``pred(node)`` holds by their op's decomposition (one level; a
-    backend's choice for particular nodes, e.g. small attention in a training region).  A node
-    that cannot be traced stays, with the reason in ``node.meta["decompose_error"]``."""
-    from ..capture.proxy import CaptureError
-    changed = False
-    for node in [n for n in gm.graph.nodes if n.op == "call_function" and n.opdef is not None
-                 and n.opdef.decomp is not None and pred(n)]:
-        try:
-            replace_with_trace(gm, node, node.opdef.decomp, node.args)
-        except (CaptureError, MissingMeta) as e:
-            node.meta["decompose_error"] = str(e)
-            continue
-        changed = True
-    return changed
+    backend's choice for particular nodes, e.g. small attention in a training region)."""
+    nodes = [n for n in gm.graph.nodes
+             if n.op == "call_function" and n.opdef is not None and n.opdef.decomp is not None and pred(n)]
+    return any([_expand(gm, n) for n in nodes])

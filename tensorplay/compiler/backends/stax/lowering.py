@@ -53,6 +53,7 @@ class GraphLowering:
         self.mutations: list[tuple[InputBuffer, object]] = []   # (input, value) write-backs
         self._n = 0
         self.current_node = None
+        self._copies: dict = {}          # batched_matrix_copy: (id, layout) -> (source, copy)
 
     # -- naming / realization -----------------------------------------------------------------------
     def new_name(self, prefix="buf"):
@@ -181,7 +182,7 @@ class GraphLowering:
         in the source's own order (row- or column-major: a matmul reads either without a copy),
         as a Stax kernel; one per source per graph."""
         key = (id(data), data.layout)
-        cache = self.__dict__.setdefault("_copies", {})
+        cache = self._copies     # the source is kept alive with its copy, so its id stays unique
         if key not in cache:
             box = TensorBox(data)
             size = tuple(data.layout.size)

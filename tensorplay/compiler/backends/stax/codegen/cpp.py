@@ -199,8 +199,8 @@ class CppHandler:
         """``expr`` as a C++ ``tp::Vec<int64_t>``: one index per lane (the vector-loop variable
         becomes its lane vector, checked indices their variables); ``emit=False``: the C++
         expression itself, not a variable."""
-        subs = {a: self._ind_expr.get(int(a.args[0])) or sympy.Symbol(self._ind[int(a.args[0])], integer=True)
-                for a in expr.atoms(IndirectIndex)}
+        subs = {a: self._ind_expr[t] if t in self._ind_expr else sympy.Symbol(self._ind[t], integer=True)
+                for a in expr.atoms(IndirectIndex) for t in (int(a.args[0]),)}
         v = self.k.vec_var
         if v is not None and self.mode != "row" and v in expr.free_symbols:
             lanes = f"(tp::Vec<int64_t>::iota(0) + tp::Vec<int64_t>({v}))"
@@ -768,29 +768,30 @@ class KernelGen:
         """Loop order of a purely elementwise group: its variables sorted by the stride of its stored
         buffers, largest outermost (stable), so that the vector loop runs along the unit stride
         of what it writes -- ``x.t().exp()`` keeps eager's column-major output and now reads and
-        writes it contiguously instead of gathering and scattering.  (vars, sizes) of the nest."""
+        writes it contiguously instead of gathering and scattering.  Returns the nest's (vars, sizes)
+        and how many of them are outer loops (the rest are the inner, vectorised ones)."""
         outer, inner = self.sig
         vars_, sizes = list(self.xs) + list(self.rs), list(outer) + list(inner)
+        keep = vars_, sizes, len(self.xs)
         if self.g.sig[0] != "pw" or any(p != "inner" for p in self.placements.values()) or len(vars_) < 2:
-            return vars_, sizes
+            return keep
         stores = [e for name, e, _ in self.accesses if name in {n.name for n in self.g.nodes}]
         if not stores:
-            return vars_, sizes
+            return keep
 
         def stride(v):
             cs = [sympy.diff(e, v) for e in stores]
             return min(abs(int(c)) for c in cs) if all(c.is_Integer for c in cs) else None
         st = [stride(v) for v in vars_]
         if None in st or st[-1] == min(st):
-            return vars_, sizes
+            return keep
         order = sorted(range(len(vars_)), key=lambda k: -st[k])
-        return [vars_[k] for k in order], [sizes[k] for k in order]
+        return [vars_[k] for k in order], [sizes[k] for k in order], len(vars_) - 1
 
     def generate(self) -> str:
         exprs = self._collect_exprs()
         self.index_t = self._check_bounds()
-        nest, nsz = self._memory_order()
-        n_out = len(nest) - len(self.rs) if nest == list(self.xs) + list(self.rs) else len(nest) - 1
+        nest, nsz, n_out = self._memory_order()
         outer, inner = tuple(nsz[:n_out]), tuple(nsz[n_out:])
         og, osz = self._merge(nest[:n_out], outer, exprs)
         ig, isz = self._merge(nest[n_out:], inner, exprs)

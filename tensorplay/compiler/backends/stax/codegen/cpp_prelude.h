@@ -1407,6 +1407,21 @@ TP_INLINE Vec<T> clamp_keep_nan(const Vec<T>& x, T lo, T hi) {
     Vec<T> r = where(x < Vec<T>(lo), Vec<T>(lo), x);
     return where(r > Vec<T>(hi), Vec<T>(hi), r);
 }
+// An odd function rising to 1 (float erf, tanh) from a table of polynomials (fp<float>::erf_tab,
+// tools/fit_erf.py): i = trunc(2 min(|x|, idx_hi)), |x| clamped to [0, hi] (2|x| is exact; NaN gives
+// INT_MIN, masked to entry 0); entry 0 is x + x P_0(x^2), entry i >= 1 is P_i(|x| - c_i) with
+// the sign of x.  The result for x = -0 is left to the caller.
+template <typename T, size_t N, size_t D>
+TP_INLINE Vec<T> odd_by_table(const Vec<T>& x, const T (&tab_c)[N], const T (&tab_p)[D][N], T hi, T idx_hi) {
+    Vec<T> a = abs(x);
+    Vec<T> b = clamp_keep_nan(a, T(0), hi);
+    ivec<T> i = cast<typename fp<T>::I>(clamp_keep_nan(a, T(0), idx_hi) * Vec<T>(T(2)));
+    auto small = i == ivec<T>(0);
+    Vec<T> u = where(small, x * x, b - lookup(tab_c, i));
+    Vec<T> q = lookup(tab_p[0], i);
+    for (size_t k = 1; k < D; ++k) q = mla(q, u, lookup(tab_p[k], i));
+    return where(small, mla(x, q, x), copysign(q, x));
+}
 template <typename T>
 TP_INLINE Vec<T> quiet_nan() { return Vec<T>(std::numeric_limits<T>::quiet_NaN()); }
 template <typename T>
@@ -1658,15 +1673,8 @@ template <typename T>
 TP_INLINE detail::if_float<T> tanh(const Vec<T>& x) {
     using F = detail::fp<T>;
     if constexpr (std::is_same<T, float>::value) {
-        // the scheme of float erf (below) with a sixteen-entry table: no exp, no division
-        Vec<T> a = abs(x);
-        Vec<T> b = detail::clamp_keep_nan(a, T(0), T(9.02f));
-        detail::ivec<T> i = cast<typename F::I>(detail::clamp_keep_nan(a, T(0), T(7.75f)) * Vec<T>(T(2)));
-        auto small = i == detail::ivec<T>(0);
-        Vec<T> u = where(small, x * x, b - detail::lookup(F::tanh_tab_c, i));
-        Vec<T> q = detail::lookup(F::tanh_tab_p[0], i);
-        for (size_t k = 1; k < std::size(F::tanh_tab_p); ++k) q = detail::mla(q, u, detail::lookup(F::tanh_tab_p[k], i));
-        return where(x == Vec<T>(T(0)), x, where(small, detail::mla(x, q, x), copysign(q, x)));   // keeps -0
+        // the scheme of float erf with a sixteen-entry table (detail::odd_by_table): no exp, no division
+        return where(x == Vec<T>(T(0)), x, detail::odd_by_table(x, F::tanh_tab_c, F::tanh_tab_p, 9.02f, 7.75f));   // keeps -0
     }
     const Vec<T> one(T(1));
     Vec<T> a = abs(x);
@@ -1742,17 +1750,9 @@ template <typename T>
 TP_INLINE detail::if_float<T> erf(const Vec<T>& x) {
     using F = detail::fp<T>;
     if constexpr (std::is_same<T, float>::value) {
-        // one degree-7 polynomial per lane, its coefficients looked up by i = trunc(2|x|) (|x|
-        // clamped to 3.95, so 2|x| is exact; NaN gives INT_MIN, masked to entry 0): about 2.6x fewer
-        // cycles than the exp(-x^2) * erfcx(x) path that erfc and double keep
-        Vec<T> a = abs(x);
-        Vec<T> b = detail::clamp_keep_nan(a, T(0), T(3.95f));
-        detail::ivec<T> i = cast<typename F::I>(b + b);
-        auto small = i == detail::ivec<T>(0);
-        Vec<T> u = where(small, x * x, b - detail::lookup(F::erf_tab_c, i));
-        Vec<T> q = detail::lookup(F::erf_tab_p[0], i);
-        for (size_t k = 1; k < std::size(F::erf_tab_p); ++k) q = detail::mla(q, u, detail::lookup(F::erf_tab_p[k], i));
-        return where(small, detail::mla(x, q, x), copysign(q, x));
+        // one degree-7 polynomial per lane (detail::odd_by_table): about 2.6x fewer cycles than the
+        // exp(-x^2) * erfcx(x) path that erfc and double keep
+        return detail::odd_by_table(x, F::erf_tab_c, F::erf_tab_p, 3.95f, 3.95f);
     }
     Vec<T> a = abs(x);
     Vec<T> small = detail::mla(x, detail::erf_small_p(x), x);

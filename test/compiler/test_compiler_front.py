@@ -416,3 +416,12 @@ def test_python_read_of_a_free_tensor_value_is_a_data_gate():
     assert_close(cf(x), x * 0.5)
     scale._data.fill_(3.0)
     assert_close(cf(x), x * 3.0 + 1)
+
+
+def test_free_tensor_value_read_without_execution_is_a_capture_error():
+    """capture.execute=False has no values: reading a free tensor's value raises, as for a proxy,
+    instead of baking the value it happens to hold."""
+    scale = tp.tensor(2.0)
+    cf = tp.compile(lambda x: x * float(scale), backend="eager", options={"capture.execute": False})
+    with pytest.raises(CaptureError, match="execute=False"):
+        cf(tp.randn(3))

@@ -56,10 +56,6 @@ class Proxy(Tensor):
         tr = self._tracer
         if tr is None or not tr.active:
             return convert(self._data)
-        if not tr.execute:
-            raise CaptureError(f"data-dependent control flow: `{kind}` of a traced tensor at {where()} needs a "
-                               f"value, but capture runs with execute=False (symbolic shapes and dtypes only). "
-                               f"Use execute=True, or rewrite the branch with tp.where.")
         return tr.gate(self, kind, convert)
 
     def __bool__(self):

@@ -285,7 +285,12 @@ class Tracer:
         return node is not None and node.op == "placeholder"
 
     def gate(self, t, kind, convert):
-        """The value ``convert(t's data)`` of a proxy or free tensor, recorded as a data gate."""
+        """The value ``convert(t's data)`` of a proxy or free tensor, recorded as a data gate; with
+        execute=False there is no value to record, which is an error."""
+        if not self.execute:
+            raise CaptureError(f"data-dependent control flow: `{kind}` of a traced tensor at {where()} needs a "
+                               f"value, but capture runs with execute=False (symbolic shapes and dtypes only). "
+                               f"Use execute=True, or rewrite the branch with tp.where.")
         value = convert(t._data)
         self.record_gate(t, kind, value)
         return value
@@ -395,7 +400,7 @@ def _gate_free_tensor_read(t, kind, convert):
     ``(True, value)`` when it gated, ``(False, None)`` otherwise."""
     for obs in registry.observers:
         tr = getattr(obs, "__self__", None)
-        if isinstance(tr, Tracer) and tr.active and tr.execute and tr.reads_free_value(t):
+        if isinstance(tr, Tracer) and tr.active and tr.reads_free_value(t):
             return True, tr.gate(t, kind, convert)
     return False, None
 

@@ -37,7 +37,13 @@ import torch
 
 from .schema import Schema, parse_schema
 
-__all__ = ["OpDef", "OPS", "register", "call", "get", "describe_args", "TAGS"]
+__all__ = ["OpDef", "OPS", "register", "call", "get", "describe_args", "TAGS", "DataDependentShapeError"]
+
+
+class DataDependentShapeError(RuntimeError):
+    """Raised by a meta function whose output shape depends on the input *values* (masked_select,
+    ``index`` with a bool mask, one_hot with num_classes=-1) when it is given meta tensors.  The
+    tracer asks the meta function, and records such an op's output shape as a data gate."""
 
 TAGS = frozenset({"pointwise", "reduction", "view", "inplace", "random", "factory", "linalg", "nn",
                   "nondeterministic", "comparison", "scan", "sort", "indexing", "dynamic_shape",
@@ -78,6 +84,22 @@ class OpDef:
     def __call__(self, *canonical_args):
         """Run the op on its canonical argument tuple (all arguments, schema order)."""
         return call(self, canonical_args)
+
+    def output_shape_depends_on_data(self, *args) -> bool:
+        """Does this call's output shape depend on its inputs' values?  Always for ops tagged
+        ``dynamic_shape`` (unique, masked_select); for indexing ops when their meta function cannot
+        answer on meta tensors (a bool-mask index, one_hot with num_classes=-1)."""
+        if "dynamic_shape" in self.tags:
+            return True
+        if "indexing" not in self.tags:
+            return False
+        try:
+            self.run_meta(*_to_meta_args(self.schema, args))
+        except DataDependentShapeError:
+            return True
+        except Exception:   # noqa: BLE001  (bad arguments: the eager call reports them)
+            return False
+        return False
 
     def run_meta(self, *args):
         """Output metadata (shape, dtype, strides) with no data: the tracer's and the

@@ -44,7 +44,7 @@ import torch
 
 from .._tensor import Tensor, _wrap
 from ._helpers import sum_to
-from .registry import OPS, _to_meta, register
+from .registry import OPS, DataDependentShapeError, _to_meta, register
 
 __all__ = ["swapdims", "moveaxis"]
 
@@ -512,7 +512,7 @@ def _index_meta(self, indices):
         if isinstance(i, torch.Tensor):
             if _is_mask(i):
                 if i.device.type == "meta":
-                    raise RuntimeError("tp.index: the output shape depends on the values of a boolean mask "
+                    raise DataDependentShapeError("tp.index: the output shape depends on the values of a boolean mask "
                                        "(data-dependent shape); it has no meta function on meta tensors")
                 if i.dim() == 0:
                     return [bool(i)]
@@ -797,7 +797,7 @@ def _masked_select_meta(self, mask):
     if isinstance(mask, Tensor):
         mask = mask._data
     if mask.device.type == "meta":
-        raise RuntimeError("tp.masked_select: the output shape depends on the values of the mask "
+        raise DataDependentShapeError("tp.masked_select: the output shape depends on the values of the mask "
                            "(data-dependent shape); it has no meta function on meta tensors")
     shape = torch.broadcast_shapes(self.shape, mask.shape)
     n = int(mask.expand(shape).count_nonzero())
@@ -850,7 +850,7 @@ def _one_hot_meta(self, num_classes):
     if num_classes < 0:
         d = self._data if isinstance(self, Tensor) else self
         if d.device.type == "meta":
-            raise RuntimeError("tp.one_hot: with num_classes=-1 the output shape depends on the data; "
+            raise DataDependentShapeError("tp.one_hot: with num_classes=-1 the output shape depends on the data; "
                                "pass num_classes")
         num_classes = int(d.max()) + 1 if d.numel() else 0
     return torch.empty(tuple(self.shape) + (num_classes,), dtype=torch.int64, device="meta")

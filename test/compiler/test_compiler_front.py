@@ -425,3 +425,39 @@ def test_free_tensor_value_read_without_execution_is_a_capture_error():
     cf = tp.compile(lambda x: x * float(scale), backend="eager", options={"capture.execute": False})
     with pytest.raises(CaptureError, match="execute=False"):
         cf(tp.randn(3))
+
+
+@pytest.mark.parametrize("backend", ["eager", "stax"])
+def test_data_dependent_output_shapes_are_data_gates(backend):
+    """masked_select, a bool-mask index, unique and one_hot(num_classes=-1) have output shapes that
+    depend on values: the graph is specialised to the captured shapes, each recorded as a data gate
+    (kind ``shape``).  A call whose shapes differ recompiles instead of failing in the artifact
+    (it crashed on the second call); a call with the same shapes reuses the artifact."""
+    F = tp.nn.functional
+
+    def f(v):
+        return (v.masked_select(v > 0) * 2, tp.unique(v.round()), v[v < 0].sum(),
+                F.one_hot((v.abs() * 2).long().flatten()).sum(0))
+
+    def ref(t):
+        return (t[t > 0] * 2, torch.unique(t.round()), t[t < 0].sum(),
+                torch.nn.functional.one_hot((t.abs() * 2).long().flatten()).sum(0))
+    cf = tp.compile(f, backend=backend)
+    g = torch.Generator().manual_seed(0)
+    vs = [torch.randn(4, 10, generator=g) for _ in range(3)]
+    vs.append(vs[0] * 1.0001)          # same signs, rounding and classes as the first: same shapes
+    for t in vs:
+        out = cf(tp.from_torch(t.clone()))
+        for o, r in zip(out, ref(t)):
+            assert tuple(o.shape) == tuple(r.shape)
+            assert_close(o, tp.from_torch(r))
+    shapes = {tuple(tuple(r.shape) for r in ref(t)) for t in vs}
+    assert len(shapes) > 1                              # the sizes did change between calls
+    assert cf.counters["captures"] == len(shapes)       # one capture per distinct set of shapes
+    assert any("shape(" in r for reasons in cf.recompile_reasons for r in reasons)
+
+
+def test_data_dependent_output_shape_without_execution_is_a_capture_error():
+    cf = tp.compile(lambda v: v.masked_select(v > 0), backend="eager", options={"capture.execute": False})
+    with pytest.raises(CaptureError, match="masked_select.*data-dependent shape"):
+        cf(tp.randn(3, 4))

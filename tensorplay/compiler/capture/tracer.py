@@ -69,7 +69,8 @@ def _to_meta(d: torch.Tensor) -> torch.Tensor:
 
 
 _CONVERT = {"bool": lambda d: bool(d), "item": lambda d: d.item(), "int": lambda d: int(d.item()),
-            "float": lambda d: float(d.item()), "index": lambda d: int(d.item()), "tolist": lambda d: d.tolist()}
+            "float": lambda d: float(d.item()), "index": lambda d: int(d.item()), "tolist": lambda d: d.tolist(),
+            "shape": lambda d: tuple(d.shape)}
 
 
 def convert_gate(kind, tensor):
@@ -238,20 +239,26 @@ class Tracer:
         for i in s.index_pos:
             nargs[i] = _map_index(nargs[i], lambda t: self.node_of(t) if isinstance(t, Tensor) else t)
         node = self.graph.call_function(op, tuple(nargs))
+        # (with execute=False such an op's meta function has already raised DataDependentShapeError)
+        dynamic = self.execute and op.output_shape_depends_on_data(*args)
         if s.mutated_pos is not None:
             node.meta["val"] = _to_meta(outs[0]._data)
             return
         tensors = [o for o in outs if isinstance(o, Tensor)]
         if len(outs) == 1 and not s.returns_list and not s.returns_tuple:
             self._become(outs[0], node)
-            return
-        import operator
-        node.meta["val"] = tuple(_to_meta(o._data) if isinstance(o, Tensor) else o for o in outs)
-        for i, o in enumerate(outs):
-            if isinstance(o, Tensor):
-                g = self.graph.call_function(operator.getitem, (node, i))
-                self._become(o, g)
-        del tensors
+        else:
+            import operator
+            node.meta["val"] = tuple(_to_meta(o._data) if isinstance(o, Tensor) else o for o in outs)
+            for i, o in enumerate(outs):
+                if isinstance(o, Tensor):
+                    g = self.graph.call_function(operator.getitem, (node, i))
+                    self._become(o, g)
+        if dynamic:
+            # the graph is specialised to these output shapes: each is a data gate, checked by the
+            # replay before every call (a call whose shapes differ recompiles)
+            for t in tensors:
+                self.record_gate(t, "shape", tuple(t._data.shape))
 
     def _become(self, t: Tensor, node):
         if not self.execute and t._data.device.type != "meta":

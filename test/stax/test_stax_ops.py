@@ -250,14 +250,36 @@ def test_fallback_kernel_listed_and_strict_error(capsys, monkeypatch):
     x = rnd(5, 6)
 
     def f(a):
-        return tp.cumsum(a * 2, 1).median() + 1      # median: no native lowering (sort-like)
+        return F.avg_pool2d((a * 2)[None], 2) + 1      # avg_pool2d: no lowering rule
     cf = tp.compile(f)
     cf(x)
     assert_close(cf(x), f(x))
     err = capsys.readouterr().err
-    assert "[stax] fallback kernel for median" in err
-    with pytest.raises(tp.compiler.BackendCompilerError, match="median"):
+    assert "[stax] fallback kernel for avg_pool2d" in err
+    with pytest.raises(tp.compiler.BackendCompilerError, match="avg_pool2d"):
         tp.compile(f, strict_native=True)(x)
+
+
+def test_sort_like_scan_and_conv_ops_are_extern_kernels_under_strict_native():
+    """Sort-like ops, scans, scatter and the convolutions run as library (ATen) kernels: allowed by
+    strict_native, and their pointwise consumers fuse into the next Stax kernel."""
+    x, v = rnd(2, 3, 6, 6), rnd(4, 10)
+    v[0, :3] = v[0, 5]                                  # repeated values: mode, unique
+    idx = tp.from_torch(torch.tensor([[0, 1], [2, 3], [4, 5], [6, 7]]))
+    w3, wt = rnd(4, 2, 1, 3, 3, seed=1), rnd(3, 4, 3, 3, seed=2)
+
+    def f(x, v):
+        return (tp.median(v) * 2, tp.median(v, 1)[0] + 1, tp.nanmedian(v, 1)[1], tp.mode(v, 1)[0] * 3,
+                tp.kthvalue(v, 2, 1)[0] - 1, tp.cummax(v, 1)[0] * 2, tp.cummin(v, 1)[1],
+                tp.unique(v) * 2, tp.zeros(4, 10).scatter(1, idx, v[:, :2] * 2),
+                F.conv3d(x[None] * 2, w3).relu(), F.conv_transpose2d(x, wt) + 1)
+    cf = tp.compile(f, strict_native=True)
+    cf(x, v)
+    got, want = cf(x, v), f(x, v)
+    for g, e in zip(got, want):
+        assert_close(g, e, rtol=1e-5, atol=1e-5)
+    src = cf._cache[0].artifact.source
+    assert [ln for ln in src.splitlines() if "FALLBACK" in ln] == [] and "extern kernel: conv3d" in src
 
 
 def test_cache_dir_holds_readable_wrappers_experiment_2(tmp_path, monkeypatch):

@@ -14,7 +14,7 @@ TensorBox (or a tuple of them).  Most rules are made by two helpers:
 * ``reduction(type)`` — sum/prod/amax/... over ``dim`` with ``keepdim``; ``make_reduction`` (one
   result, optionally of a transformed input: nansum, norm, count_nonzero) and
   ``make_multi_reduction`` (the results of one argmax/argmin/welford accumulator: max_dim's values
-  and indices, var_mean's m2 and mean).  median/mode/kthvalue stay fallbacks (sort-like).
+  and indices, var_mean's m2 and mean).  median/mode/kthvalue are extern kernels (sort-like).
 
 Views of unrealized values remap indices (permute, transpose, expand, slicing with step, select,
 unsqueeze/squeeze: affine maps, Prop. 6.2); views of buffers become ReinterpretViews with strides
@@ -22,7 +22,8 @@ computed by the op's own kernel on a meta tensor; reshape of an unrealized value
 first (a reshape of a contiguous buffer is free).  Copying shape ops (pad, cat, stack, roll,
 repeat, tile, tril/triu) and integer-tensor indexing (gather, index_select, embedding, ``x[idx]``,
 ...) are index maps too: masked loads and checked indirect loads (bounds.py).
-matmul/mm/bmm/addmm/linear/conv are extern kernels; anything without a rule is a fallback kernel.
+matmul/mm/bmm/addmm/linear/conv, the sort-like ops and scans are extern kernels; anything without a
+rule is a fallback kernel.
 """
 from __future__ import annotations
 
@@ -1784,8 +1785,13 @@ def _extern_bmm(*args):
     return V.graph.extern("library kernel (ATen)", prepare=_bmm_operand)
 
 
-for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "convolution", "einsum",
-              "outer", "dot", "sort", "argsort", "topk", "cumsum", "cumprod", "_scatter_view",
+for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d",
+              "conv_transpose2d", "conv_transpose3d", "convolution_backward_input", "convolution_backward_weight",
+              "einsum", "outer", "dot",
+              # sort-like and scans: library kernels (unique's output shape is a data gate of capture)
+              "sort", "argsort", "topk", "kthvalue", "median", "median_dim", "nanmedian", "nanmedian_dim", "mode",
+              "unique", "unique_consecutive", "cumsum", "cumprod", "cummax", "cummin", "_reverse_cumsum",
+              "_scatter_view", "scatter",
               # library kernels with no loop-level form here: fused attention, and the scatter-adds
               # of embedding/index backward (their consumers still fuse into the next kernel)
               "scaled_dot_product_attention", "embedding_dense_backward", "index_add", "index_put",

@@ -51,6 +51,7 @@ WELFORD_UNROLL = 4   # ... in a phase with a Welford reduction (longer dependenc
 COLUMN_REDUCTIONS = True   # column mode for reductions over non-trailing dims (KernelGen._column_mode)
 COLUMN_UNROLL = 8    # column mode: vectors of output columns per block (independent accumulators)
 _LANES_GUESS = 16   # a guess at VL (AVX-512 floats): only sizes column blocks for Alg. 8.1
+_SCHEDULE = " @schedule@"   # stands for the schedule clause of a parallel loop until _finish knows it
 
 
 def _vt(dtype):
@@ -145,6 +146,7 @@ class CppHandler:
         if local is not None:
             return local
         dtype = k.dtype_of(name)
+        k.loaded.add(name)
         expr = k.scratch_expr() if name in k.scratch else k.translate(index)
         vt = _vt(dtype)
         ptr = k.ptr(name)
@@ -176,6 +178,8 @@ class CppHandler:
         if coeff == 1:
             if self.mode == "tail":
                 return self._emit(f"{vt}::loadn({ptr} + {base}, n)", dtype)
+            if k.stream_loads is not None and k.vec_var is k.prefetch_var:
+                k.stream_loads.setdefault((name, base), dtype)
             return self._emit(f"{vt}::load({ptr} + {base})", dtype)
         return self._emit(f"tp_gather<{CTYPE[dtype]}>({ptr} + {base}, {coeff}, {self._n()})", dtype)
 
@@ -636,6 +640,11 @@ class KernelGen:
         self.scratch = {}         # local inner values read in a later phase: name -> array name
         self.params = {}          # buffer name -> (ctype, is_output)
         self.streamed = set()     # buffers written with streaming stores (choices.stream_stores)
+        self.loaded = set()       # buffers loaded so far (by earlier phases: in cache for later ones)
+        self.stream_loads = None  # while a vector loop is generated: (buffer, C++ index) -> dtype of its
+        self.prefetch_var = None  # unit-stride loads in the loop variable ``prefetch_var`` (_prefetch)
+        self.large_store = False  # ... and whether it stores to a buffer from_memory
+        self.plain_large_store = False   # the kernel stores to a buffer from_memory without streaming
         self.column = False       # column mode (see _column_mode): lanes = output columns
         self.col_u = 0            # column mode: which vector of the block's columns is generated
 
@@ -831,7 +840,7 @@ class KernelGen:
         for d, (m, size) in enumerate(self.outer_loops):
             if d == 0 and depth > 0:
                 lines.append(ind * level + (f"#pragma omp parallel for collapse({depth})" if depth > 1
-                                            else "#pragma omp parallel for"))
+                                            else "#pragma omp parallel for") + _SCHEDULE)
             lines.append(ind * level + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
             level += 1
         # scratch arrays for inner locals read in a later phase
@@ -850,7 +859,11 @@ class KernelGen:
         return self._finish(lines)
 
     def _finish(self, lines):
-        """The kernel function around its loop nest ``lines``."""
+        """The kernel function around its loop nest ``lines``; the parallel loops get the schedule
+        clause of choices.omp_schedule, which depends on the kernel's stores."""
+        clause = choices.omp_schedule(any(choices.from_memory(self.sched.buffer_bytes(n)) for n in self.params),
+                                      self.plain_large_store)
+        lines = [ln.replace(_SCHEDULE, clause) for ln in lines]
         params = []
         for name, (ct, out) in self.params.items():
             params.append(f"{'' if out else 'const '}{ct}* __restrict__ {name}")
@@ -952,7 +965,7 @@ class KernelGen:
         for d, (m, size) in enumerate(self.outer_loops[:-1] + [(f"{xl}_b", None)]):
             if d == 0 and depth > 0:
                 lines.append(ind * level + (f"#pragma omp parallel for collapse({depth})" if depth > 1
-                                            else "#pragma omp parallel for"))
+                                            else "#pragma omp parallel for") + _SCHEDULE)
             if size is None:
                 lines.append(ind * level + f"for (int64_t {m} = 0; {m} < ({sl} + {width} - 1) / ({width}); {m} += 1) {{")
             else:
@@ -1087,22 +1100,28 @@ class KernelGen:
             if self.inner_loops:
                 vm, vsize = self.inner_loops[-1]
                 self.vec_var = vm
+                earlier = set(self.loaded)
                 lines.append(ind * lvl + f"idx_t {vm} = 0;")
+                first = True   # the first vector loop runs over (nearly) all of the row: it prefetches
                 if reds and nacc > 1:
                     lines.append(ind * lvl + f"for (; {vm} + {nacc} * VL <= {vsize}; {vm} += {nacc} * VL) {{")
-                    for u in range(nacc):
-                        lines += self._body(inner_nodes, "vec", lvl + 1, u, offset=u)
+                    with self._prefetch(vm, inner_nodes, earlier, lines, lvl + 1):
+                        for u in range(nacc):
+                            lines += self._body(inner_nodes, "vec", lvl + 1, u, offset=u)
                     lines.append(ind * lvl + "}")
+                    first = False
                 if self.parallel_inner:
-                    lines.append(ind * lvl + "#pragma omp parallel for")
+                    lines.append(ind * lvl + "#pragma omp parallel for" + _SCHEDULE)
                     lines.append(ind * lvl + f"for (idx_t {vm}_b = 0; {vm}_b < {vsize} / VL; {vm}_b += 1) {{")
                     lines.append(ind * (lvl + 1) + f"const idx_t {vm} = {vm}_b * VL;")
-                    lines += self._body(inner_nodes, "vec", lvl + 1, 0)
+                    with self._prefetch(vm, inner_nodes, earlier, lines, lvl + 1, first):
+                        lines += self._body(inner_nodes, "vec", lvl + 1, 0)
                     lines.append(ind * lvl + "}")
                     lines.append(ind * lvl + f"{vm} = ({vsize} / VL) * VL;")
                 else:
                     lines.append(ind * lvl + f"for (; {vm} + VL <= {vsize}; {vm} += VL) {{")
-                    lines += self._body(inner_nodes, "vec", lvl + 1, 0)
+                    with self._prefetch(vm, inner_nodes, earlier, lines, lvl + 1, first):
+                        lines += self._body(inner_nodes, "vec", lvl + 1, 0)
                     lines.append(ind * lvl + "}")
                 lines.append(ind * lvl + f"if ({vm} < {vsize}) {{")
                 lines.append(ind * (lvl + 1) + f"const int n = (int)({vsize} - {vm});")
@@ -1141,6 +1160,34 @@ class KernelGen:
                 sidx = self.translate(n.buf.layout.index(idx))
                 lines.append(ind * level + f"{n.name}[{cexpr(sidx)}] = {var};")
         return lines
+
+    @contextlib.contextmanager
+    def _prefetch(self, vm, nodes, earlier, lines, level, active=True):
+        """Context around the generation of a vector loop's body (appended to ``lines`` after the
+        loop header): records the body's unit-stride loads in ``vm``, then inserts at the head of
+        the body, when choices.prefetch_chunk asks for it, one block prefetch per read stream from
+        memory every ``chunk`` elements::
+
+            if ((rm0 & 511) == 0) { tp::prefetch_block(arg0 + (rm0 + 2048 * xm0), 2048); ... }
+
+        A buffer an earlier phase of the kernel loaded is in cache already (the row's second pass)."""
+        if not active:
+            yield
+            return
+        head = len(lines)
+        self.stream_loads, self.prefetch_var, self.large_store = {}, vm, False
+        try:
+            yield
+        finally:
+            streams = {key: dt for key, dt in self.stream_loads.items() if key[0] not in earlier}
+            self.stream_loads, self.prefetch_var = None, None
+        big = {key: dt for key, dt in streams.items()
+               if choices.from_memory(self.sched.buffer_bytes(key[0]))}
+        chunk = choices.prefetch_chunk(len(big), self.large_store, [n.buf.data for n in nodes])
+        if chunk:
+            calls = " ".join(f"tp::prefetch_block({name} + {base}, {chunk * dt.itemsize});"
+                             for (name, base), dt in big.items())
+            lines.insert(head, "    " * level + f"if (({vm} & {chunk - 1}) == 0) {{ {calls} }}")
 
     def _body(self, nodes, mode, level, unroll, offset=0):
         ind = "    "
@@ -1214,6 +1261,10 @@ class KernelGen:
     def _store(self, target, expr, v, mode, dtype):
         coeff = self.inner_coeff(expr) if self.vec_var is not None else 0
         base = cexpr(expr)
+        if mode == "vec" and choices.from_memory(self.sched.buffer_bytes(target)):
+            self.large_store = True
+            if dtype == torch.bool or coeff != 1 or not self._streamable(target, expr, dtype):
+                self.plain_large_store = True
         if dtype == torch.bool:
             return f"tp_store_bool({target} + {base}, {coeff}, {v}, {'n' if mode in ('tail', 'tail1') else 'VL'});"
         if mode == "tail1":

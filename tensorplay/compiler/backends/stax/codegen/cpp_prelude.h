@@ -196,6 +196,16 @@ TP_INLINE void stream_fence() {
 #endif
 }
 
+// Asks for the ``bytes`` bytes from ``p`` on, one prefetch per 64-byte line.  Generated kernels
+// call it at the start of every chunk of a read stream from memory (choices.prefetch_chunk): all
+// of the chunk's misses are then in flight at once, where the hardware prefetcher, which follows a
+// stream only within a 4 KiB page, ramps up again on every page.  A prefetch never faults, so the
+// block may run past the end of the buffer; the address is formed as an integer for that reason.
+TP_INLINE void prefetch_block(const void* p, int bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(p);
+    for (int k = 0; k < bytes; k += 64) __builtin_prefetch(reinterpret_cast<const void*>(a + k), 0, 3);
+}
+
 namespace detail {
 // Partial loads/stores of one native chunk: the first m lanes (m may be <= 0 or >= the lane count).
 // AVX-512 / AVX2 masked moves (they never touch memory outside the mask); a lane loop otherwise.

@@ -296,6 +296,36 @@ def test_cache_dir_holds_readable_wrappers_experiment_2(tmp_path, monkeypatch):
     assert strides == [("1", "12"), ("12", "1")]
 
 
+def test_batch_norm_eval_and_batch_statistics_are_native():
+    """batch_norm with running statistics in eval mode is a per-channel affine map fused with its
+    neighbours (conv extern -> batch_norm -> relu in one Stax kernel); without running statistics it
+    uses the batch's (Welford over every dim but 1).  Training mode with running statistics
+    updates them in place: a fallback kernel, whose running statistics match eager's."""
+    x = tp.from_torch(torch.randn(4, 8, 10, 10, generator=torch.Generator().manual_seed(0)) * 3 + 1)
+    w, b, rm = rnd(8, seed=1), rnd(8, seed=2), rnd(8, seed=3)
+    rv = tp.from_torch(torch.rand(8, generator=torch.Generator().manual_seed(4)) + 0.5)
+    cw = rnd(8, 8, 3, 3, seed=5)
+    out, cf = run_native(lambda x, cw, m, v, w, b: F.relu(F.batch_norm(F.conv2d(x, cw, padding=1), m, v, w, b,
+                                                                       training=False)),
+                         x, cw, rm, rv, w, b, n_red=72, scale=float(F.conv2d(x, cw, padding=1).abs().max()) * 8)
+    assert len(_kernels(cf)) == 1                       # conv is an extern kernel; bn + relu fuse
+    run_native(lambda x, m, v: F.batch_norm(x, m, v, training=False), x, rm, rv)
+    run_native(lambda x, m, v, w, b: F.batch_norm(x[:, :, 0, 0], m, v, w, b, training=False) * 2, x, rm, rv, w, b)
+    run_native(lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True), x, w, b, n_red=400, scale=8.0)
+    # (x - m) cancels: the rounding error is relative to |x| * rstd, not to the result
+    run_native(lambda x, m, v: F.batch_norm(x, m, v, training=False), x.double(), rm.double(), rv.double(),
+               n_red=4, scale=float((x.abs().max() + rm.abs().max()) * rv.rsqrt().max()))
+    # training with running statistics: the in-place update survives compilation
+    rm1, rv1, rm2, rv2 = rm.clone(), rv.clone(), rm.clone(), rv.clone()
+    f = lambda x, m, v: F.batch_norm(x, m, v, w, b, training=True, momentum=0.3)   # noqa: E731
+    cf = tp.compile(f)
+    for _ in range(2):
+        assert_close(cf(x, rm1, rv1), f(x, rm2, rv2))
+    assert_close(rm1, rm2) and assert_close(rv1, rv2)
+    with pytest.raises(tp.compiler.BackendCompilerError, match="batch_norm"):
+        tp.compile(f, strict_native=True)(x, rm1, rv1)
+
+
 def test_size_zero_and_scalars():
     run_native(lambda a: (F.softmax(a, -1), F.log_softmax(a, 0)), rnd(3, 0))
     run_native(lambda a: (a * 2 + 1).sum(-1), rnd(0, 7))

@@ -1534,6 +1534,46 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), f))
 
 
+@register_lowering("batch_norm")
+def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, eps):
+    """Eval mode: an affine map per channel (dim 1) with the running statistics, one pointwise
+    kernel that fuses with its neighbours (conv -> batch_norm -> relu: the conv is an extern kernel,
+    the rest one Stax kernel).  Without running statistics: the batch statistics (biased variance,
+    Welford over every dim but 1).  Training mode with running statistics updates them in place
+    (a side effect outside the graph): a fallback kernel (eager) keeps it."""
+    out = _out_val()
+    if out.dtype not in (torch.float32, torch.float64):
+        raise Unsupported("batch_norm dtype")
+    size = x.get_size()
+    if len(size) < 2:
+        raise Unsupported("batch_norm of fewer than 2 dims (eager raises)")
+    tracked = [isinstance(t, TensorBox) for t in (running_mean, running_var)]
+    if training and any(tracked):
+        raise Unsupported("batch_norm in training mode updates the running statistics in place")
+    if any(tracked) and not all(tracked):
+        raise Unsupported("batch_norm with only one of running_mean / running_var")
+    dt = out.dtype
+
+    def channel(t):       # a per-channel (C,) tensor as a loader over x's index
+        if not isinstance(t, TensorBox):
+            return None
+        ld = t.make_loader()
+        return lambda i: _conv(ld([i[1]]), t.dtype, dt)
+    if all(tracked):
+        ml, vl = channel(running_mean), channel(running_var)
+    else:
+        var, mean = _var_parts(x, [0] + list(range(2, len(size))), 0, True, dt)
+        ml, vl = broadcast_loader(mean, size), broadcast_loader(var, size)
+    wl, bl, xl = channel(weight), channel(bias), x.make_loader()
+
+    def f(i):
+        y = ops.mul(ops.sub(_conv(xl(i), x.dtype, dt), ml(i)), ops.rsqrt(ops.add(vl(i), ops.constant(float(eps), dt))))
+        if wl is not None:
+            y = ops.mul(y, wl(i))
+        return ops.add(y, bl(i)) if bl is not None else y
+    return TensorBox(Pointwise(dt, x.device, size, f))
+
+
 @register_lowering("rms_norm")
 def _rms_norm(x, normalized_shape, weight=None, eps=None):
     out = _out_val()

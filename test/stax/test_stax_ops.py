@@ -326,6 +326,19 @@ def test_batch_norm_eval_and_batch_statistics_are_native():
         tp.compile(f, strict_native=True)(x, rm1, rv1)
 
 
+@pytest.mark.parametrize("shape,groups", [((4, 8, 10, 10), 4), ((4, 8, 10, 10), 1), ((4, 8, 10, 10), 8),
+                                          ((6, 8), 2), ((3, 6, 7), 3)])
+def test_group_norm_is_native(shape, groups):
+    """group_norm: Welford statistics of each (sample, group) through an index map of x (no copy),
+    then one pointwise kernel reading them at floor(channel / (C/G)); fuses with a consumer."""
+    x = tp.from_torch(torch.randn(shape, generator=torch.Generator().manual_seed(0)) * 3 + 1)
+    c = shape[1]
+    w, b = rnd(c, seed=1), rnd(c, seed=2)
+    n_red = math.prod(shape[1:]) // groups
+    run_native(lambda x, w, b: F.group_norm(x, groups, w, b).relu(), x, w, b, n_red=n_red, scale=8.0)
+    run_native(lambda x: F.group_norm(x * 2, groups), x, n_red=n_red, scale=8.0)
+
+
 def test_size_zero_and_scalars():
     run_native(lambda a: (F.softmax(a, -1), F.log_softmax(a, 0)), rnd(3, 0))
     run_native(lambda a: (a * 2 + 1).sum(-1), rnd(0, 7))

@@ -1574,6 +1574,39 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     return TensorBox(Pointwise(dt, x.device, size, f))
 
 
+@register_lowering("group_norm")
+def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
+    """Statistics of each (sample, group) over its C/G channels and the spatial dims: a Welford
+    reduction of the index map (N, G, C/G, *spatial) -> x[n, g*C/G + c, ...] (no copy), then a
+    pointwise kernel reading the group's statistics at ``floor(channel / (C/G))``."""
+    out = _out_val()
+    if out.dtype not in (torch.float32, torch.float64):
+        raise Unsupported("group_norm dtype")
+    size = list(x.get_size())
+    if len(size) < 2 or num_groups <= 0 or size[1] % num_groups:
+        raise Unsupported("group_norm: channels not divisible by num_groups (eager raises)")
+    n, c, rest = size[0], size[1], size[2:]
+    cpg, dt, xl = c // num_groups, out.dtype, x.make_loader()
+    grouped = TensorBox(Pointwise(x.dtype, x.device, [n, num_groups, cpg] + rest,
+                                  lambda i: xl([i[0], i[1] * cpg + i[2]] + list(i[3:]))))
+    var, mean = _var_parts(grouped, list(range(2, 3 + len(rest))), 0, True, dt)
+    vl, ml = var.make_loader(), mean.make_loader()
+    zeros = [sympy.Integer(0)] * (1 + len(rest))
+
+    def group_of(i):
+        return [i[0], sympy.floor(i[1] / cpg)] + zeros
+    wl = weight.make_loader() if isinstance(weight, TensorBox) else None
+    bl = bias.make_loader() if isinstance(bias, TensorBox) else None
+
+    def f(i):
+        y = ops.mul(ops.sub(_conv(xl(i), x.dtype, dt), ml(group_of(i))),
+                    ops.rsqrt(ops.add(vl(group_of(i)), ops.constant(float(eps), dt))))
+        if wl is not None:
+            y = ops.mul(y, _conv(wl([i[1]]), weight.dtype, dt))
+        return ops.add(y, _conv(bl([i[1]]), bias.dtype, dt)) if bl is not None else y
+    return TensorBox(Pointwise(dt, x.device, size, f))
+
+
 @register_lowering("rms_norm")
 def _rms_norm(x, normalized_shape, weight=None, eps=None):
     out = _out_val()

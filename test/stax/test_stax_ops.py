@@ -250,13 +250,13 @@ def test_fallback_kernel_listed_and_strict_error(capsys, monkeypatch):
     x = rnd(5, 6)
 
     def f(a):
-        return F.avg_pool2d((a * 2)[None], 2) + 1      # avg_pool2d: no lowering rule
+        return F.adaptive_avg_pool2d((a * 2)[None], 2) + 1      # adaptive_avg_pool2d: no lowering rule
     cf = tp.compile(f)
     cf(x)
     assert_close(cf(x), f(x))
     err = capsys.readouterr().err
-    assert "[stax] fallback kernel for avg_pool2d" in err
-    with pytest.raises(tp.compiler.BackendCompilerError, match="avg_pool2d"):
+    assert "[stax] fallback kernel for adaptive_avg_pool2d" in err
+    with pytest.raises(tp.compiler.BackendCompilerError, match="adaptive_avg_pool2d"):
         tp.compile(f, strict_native=True)(x)
 
 
@@ -337,6 +337,19 @@ def test_group_norm_is_native(shape, groups):
     n_red = math.prod(shape[1:]) // groups
     run_native(lambda x, w, b: F.group_norm(x, groups, w, b).relu(), x, w, b, n_red=n_red, scale=8.0)
     run_native(lambda x: F.group_norm(x * 2, groups), x, n_red=n_red, scale=8.0)
+
+
+@pytest.mark.parametrize("k,s,p,ceil,cip,div", [(2, None, 0, False, True, None), (3, 2, 1, True, True, None),
+                                                 (3, 2, 1, True, False, None), ((3, 2), (1, 2), (1, 0), False, False, None),
+                                                 (2, 2, 1, True, True, 5), (3, 3, 1, True, False, None)])
+def test_avg_pool2d_is_native(k, s, p, ceil, cip, div):
+    """avg_pool2d: a sum over the window of an index map with masked loads (padding, ceil_mode's
+    partial windows: bounds.py proves the masked accesses in range through the window's mask), then
+    eager's divisor from the output position; the relu consumer fuses."""
+    x = rnd(2, 3, 11, 9)
+    kk = (k, k) if isinstance(k, int) else k
+    run_native(lambda x: F.avg_pool2d(x, k, s, p, ceil, cip, div).relu(), x, n_red=kk[0] * kk[1], scale=4.0)
+    run_native(lambda x: F.avg_pool2d(x[0] * 2, k, s, p, ceil, cip, div), x, n_red=kk[0] * kk[1], scale=8.0)
 
 
 def test_size_zero_and_scalars():
@@ -674,6 +687,19 @@ def test_bounds_masks_mod_floor_and_indirect():
     assert bound(sympy.floor((x + 10) / 3), ranges) == Interval(3, 6)
     with pytest.raises(Unsupported, match="non-negative"):
         bound(sympy.Mod(x - r, 5), ranges)                                           # C % differs for a < 0
+    # a mask on a combination of variables (a pooling window: h = 2*o + k, 0 <= h < 11), used when the
+    # access holds a multiple of it: 9*h + w with w in [0, 8]
+    o, k, w = sympy.symbols("o k w", integer=True)
+    win = {o: (0, 5), k: (0, 1), w: (0, 8)}
+    h = 2 * o + k
+    check_access("x", 9 * h + w, win, 99, cond=sympy.And(h >= 0, h < 11))
+    with pytest.raises(Unsupported, match="cannot prove"):
+        check_access("x", 9 * h + w, win, 99)                                        # h = 11 without the mask
+    with pytest.raises(Unsupported, match="cannot prove"):
+        check_access("x", 9 * h + w, win, 98, cond=sympy.And(h >= 0, h < 11))         # 98 is past the end
+    with pytest.raises(Unsupported, match="cannot prove"):
+        check_access("x", 18 * o + 18 * k + w, win, 99, cond=sympy.And(h >= 0, h < 11))  # not a multiple of h
+    check_access("x", 9 * h + w, win, 1, cond=sympy.And(h >= 3, h < 2))              # never holds: nothing read
 
 
 # ---- reductions: argmax/argmin, values + indices, Welford var/mean, nan-reductions, norms ------------------

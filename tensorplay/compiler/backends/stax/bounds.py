@@ -160,13 +160,64 @@ def refine(ranges: dict, cond) -> dict:
     return out
 
 
+def _linear_windows(ranges: dict, cond) -> dict:
+    """The conjuncts ``E + k  <op>  0`` of a mask condition whose linear part E has several
+    variables (``2*oh + kh < 11`` in a pooling window), grouped by E: E -> the interval the mask
+    leaves it (its interval over ``ranges`` tightened by every conjunct on it)."""
+    out = {}
+    atoms = cond.args if isinstance(cond, sympy.And) else (cond,)
+    for c in atoms:
+        if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=":
+            continue
+        e = sympy.expand(c.lhs - c.rhs)
+        free = [s for s in e.free_symbols if s in ranges]
+        if len(free) < 2 or e.free_symbols - set(free) or e.atoms(sympy.Function) or e.atoms(sympy.Mod):
+            continue
+        k = e.subs({v: 0 for v in free})
+        lin = sympy.expand(e - k)
+        if not k.is_Integer or not all(lin.coeff(v).is_Integer for v in free):
+            continue
+        k = int(k)
+        if lin not in out:
+            iv = bound(lin, ranges)
+            out[lin] = (iv.lo, iv.hi)
+        lo, hi = out[lin]
+        op = c.rel_op        # lin + k  op  0
+        if op == "<":
+            hi = min(hi, -k - 1)
+        elif op == "<=":
+            hi = min(hi, -k)
+        elif op == ">":
+            lo = max(lo, -k + 1)
+        elif op == ">=":
+            lo = max(lo, -k)
+        else:  # ==
+            lo, hi = max(lo, -k), min(hi, -k)
+        out[lin] = (lo, hi)
+    return out
+
+
 def check_access(name, expr, ranges, extent, cond=None):
     """Prove ``0 <= expr < extent`` for every point of the iteration space where ``cond`` (a mask
-    condition, see :func:`refine`) holds; empty spaces pass."""
+    condition, see :func:`refine`) holds; empty spaces pass.  A conjunct on a linear combination E
+    of several variables (:func:`_linear_windows`) is used when ``expr`` contains a multiple of E:
+    ``expr = c*E + rest`` is bounded as ``c*t + rest`` with ``t`` in the interval the mask leaves E
+    (sound: the identity holds at every point, and the other variables keep their ranges)."""
     ranges = refine(ranges, cond)
     if extent == 0 or any(hi < lo for lo, hi in ranges.values()):
         return
-    iv = bound(expr, ranges)
+    e, ext = expr, ranges
+    if cond is not None and cond is not sympy.true:
+        e, ext = sympy.expand(expr), dict(ranges)
+        for j, (lin, (lo, hi)) in enumerate(_linear_windows(ranges, cond).items()):
+            if hi < lo:
+                return          # the mask never holds: nothing is read
+            vs = sorted(lin.free_symbols, key=str)
+            c = e.coeff(vs[0]) / lin.coeff(vs[0])
+            if c != 0 and c.is_Integer and all(e.coeff(v) == c * lin.coeff(v) for v in vs):
+                t = sympy.Symbol(f"_window{j}", integer=True)
+                e, ext[t] = sympy.expand(e - c * lin + c * t), (lo, hi)
+    iv = bound(e, ext)
     if not iv.within(0, extent - 1):
         raise Unsupported(f"cannot prove access {name}[{expr}] in [0, {extent}) (interval [{iv.lo}, {iv.hi}])")
 

@@ -1607,6 +1607,48 @@ def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
     return TensorBox(Pointwise(dt, x.device, size, f))
 
 
+@register_lowering("avg_pool2d")
+def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, divisor_override):
+    """A sum reduction over the window of the index map (..., OH, OW, KH, KW) -> x[..., oh*sH - pH + kh,
+    ow*sW - pW + kw] (positions outside x read nothing: masked loads), divided by eager's divisor,
+    computed from the output position: ``divisor_override``, else the window clipped to the padded
+    input (``count_include_pad``) or to the input itself."""
+    from ....ops.nn_ops import _pool_params
+    out = _out_val()
+    if out.dtype not in (torch.float32, torch.float64):
+        raise Unsupported("avg_pool2d dtype")
+    (kh, kw), (sh, sw), (ph, pw), _ = _pool_params(kernel_size, stride, padding)
+    size = x.get_size()
+    if len(size) not in (3, 4) or not divisor_override and divisor_override is not None:
+        raise Unsupported("avg_pool2d input rank / zero divisor (eager raises)")
+    lead, (h_in, w_in), (oh_n, ow_n) = list(size[:-2]), size[-2:], tuple(out.shape[-2:])
+    nl, dt, xl = len(lead), out.dtype, x.make_loader()
+
+    def window(i):
+        h, w = i[nl] * sh - ph + i[nl + 2], i[nl + 1] * sw - pw + i[nl + 3]
+        cond = None
+        for e, n in ((h, h_in), (w, w_in)):
+            cond = _and(_and(cond, _icmp(e, "ge", 0)), _icmp(e, "lt", n))
+        return ops.masked(cond, lambda: _conv(xl(list(i[:nl]) + [h, w]), x.dtype, dt), 0.0)
+    win = TensorBox(Pointwise(dt, x.device, lead + [oh_n, ow_n, kh, kw], window))
+    sl = _realize(make_reduction(win, [nl + 2, nl + 3], False, "sum", dt)).make_loader()
+
+    def extent(o, st, pad, k, n):       # the window's length along one dim, as eager counts it
+        start = _ix(o * st - pad)
+        if count_include_pad:
+            return ops.sub(ops.minimum(ops.add(start, _ix(sympy.Integer(k))), _ix(sympy.Integer(n + pad))), start)
+        lo = ops.maximum(start, _ix(sympy.Integer(0)))
+        return ops.sub(ops.minimum(ops.add(start, _ix(sympy.Integer(k))), _ix(sympy.Integer(n))), lo)
+
+    def f(i):
+        if divisor_override:
+            div = ops.constant(float(divisor_override), dt)
+        else:
+            div = ops.to_dtype(ops.mul(extent(i[nl], sh, ph, kh, h_in), extent(i[nl + 1], sw, pw, kw, w_in)), dt)
+        return ops.truediv(sl(i), div)
+    return TensorBox(Pointwise(dt, x.device, list(out.shape), f))
+
+
 @register_lowering("rms_norm")
 def _rms_norm(x, normalized_shape, weight=None, eps=None):
     out = _out_val()

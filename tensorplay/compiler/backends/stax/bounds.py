@@ -113,6 +113,18 @@ def bound(expr, ranges: dict) -> Interval:
     raise Unsupported(f"no interval rule for {e}")
 
 
+def _conjuncts(cond, ranges):
+    """(``lhs - rhs`` expanded, the relation, its loop variables) of every conjunct of ``cond`` that
+    is a relation other than ``!=`` over loop variables of ``ranges`` only."""
+    for c in cond.args if isinstance(cond, sympy.And) else (cond,):
+        if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=":
+            continue
+        e = sympy.expand(c.lhs - c.rhs)
+        free = [s for s in e.free_symbols if s in ranges]
+        if not e.free_symbols - set(free):
+            yield e, c.rel_op, free
+
+
 def refine(ranges: dict, cond) -> dict:
     """Clamp variable ranges with a mask condition (a sympy boolean, or None = unknown): every
     conjunct ``c*v + k  <op>  0`` in a single variable tightens ``v``; other conjuncts are ignored
@@ -122,13 +134,8 @@ def refine(ranges: dict, cond) -> dict:
     out = dict(ranges)
     if cond is sympy.false:
         return {v: (0, -1) for v in out} or {sympy.Symbol("_never"): (0, -1)}
-    atoms = cond.args if isinstance(cond, sympy.And) else (cond,)
-    for c in atoms:
-        if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=":
-            continue
-        e = sympy.expand(c.lhs - c.rhs)
-        free = [s for s in e.free_symbols if s in out]
-        if len(free) != 1 or e.free_symbols - set(free) or e.atoms(sympy.Function):
+    for e, op, free in _conjuncts(cond, out):
+        if len(free) != 1 or e.atoms(sympy.Function):
             continue
         v = free[0]
         a = e.coeff(v)
@@ -138,7 +145,6 @@ def refine(ranges: dict, cond) -> dict:
         a, k = int(a), int(k)
         lo, hi = out[v]
         # a*v + k  op  0  over the integers
-        op = c.rel_op
         if op in ("<", ">"):   # strict -> non-strict
             k, op = (k + 1, "<=") if op == "<" else (k - 1, ">=")
         if op == "==":
@@ -165,13 +171,8 @@ def _linear_windows(ranges: dict, cond) -> dict:
     variables (``2*oh + kh < 11`` in a pooling window), grouped by E: E -> the interval the mask
     leaves it (its interval over ``ranges`` tightened by every conjunct on it)."""
     out = {}
-    atoms = cond.args if isinstance(cond, sympy.And) else (cond,)
-    for c in atoms:
-        if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=":
-            continue
-        e = sympy.expand(c.lhs - c.rhs)
-        free = [s for s in e.free_symbols if s in ranges]
-        if len(free) < 2 or e.free_symbols - set(free) or e.atoms(sympy.Function) or e.atoms(sympy.Mod):
+    for e, op, free in _conjuncts(cond, ranges):
+        if len(free) < 2 or e.atoms(sympy.Function) or e.atoms(sympy.Mod):
             continue
         k = e.subs({v: 0 for v in free})
         lin = sympy.expand(e - k)
@@ -181,8 +182,7 @@ def _linear_windows(ranges: dict, cond) -> dict:
         if lin not in out:
             iv = bound(lin, ranges)
             out[lin] = (iv.lo, iv.hi)
-        lo, hi = out[lin]
-        op = c.rel_op        # lin + k  op  0
+        lo, hi = out[lin]     # lin + k  op  0
         if op == "<":
             hi = min(hi, -k - 1)
         elif op == "<=":

@@ -250,7 +250,7 @@ def test_fallback_kernel_listed_and_strict_error(capsys, monkeypatch):
     x = rnd(5, 6)
 
     def f(a):
-        return F.adaptive_avg_pool2d((a * 2)[None], 2) + 1      # adaptive_avg_pool2d: no lowering rule
+        return F.adaptive_avg_pool2d((a * 2)[None], 4) + 1      # bins of unequal extent: no lowering
     cf = tp.compile(f)
     cf(x)
     assert_close(cf(x), f(x))
@@ -350,6 +350,15 @@ def test_avg_pool2d_is_native(k, s, p, ceil, cip, div):
     kk = (k, k) if isinstance(k, int) else k
     run_native(lambda x: F.avg_pool2d(x, k, s, p, ceil, cip, div).relu(), x, n_red=kk[0] * kk[1], scale=4.0)
     run_native(lambda x: F.avg_pool2d(x[0] * 2, k, s, p, ceil, cip, div), x, n_red=kk[0] * kk[1], scale=8.0)
+
+
+@pytest.mark.parametrize("out", [1, (2, 3), (11, 9), (1, 9)])
+def test_adaptive_avg_pool2d_with_equal_bins_is_native(out):
+    x = rnd(2, 3, 22, 9)
+    oh, ow = (out, out) if isinstance(out, int) else out
+    n_red = (22 // oh) * (9 // ow)
+    run_native(lambda x: F.adaptive_avg_pool2d(x, out) * 2, x, n_red=n_red, scale=8.0)
+    run_native(lambda x: F.adaptive_avg_pool2d(x[0], out), x, n_red=n_red, scale=4.0)
 
 
 def test_size_zero_and_scalars():

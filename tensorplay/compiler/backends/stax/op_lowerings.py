@@ -1649,6 +1649,19 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     return TensorBox(Pointwise(dt, x.device, list(out.shape), f))
 
 
+@register_lowering("adaptive_avg_pool2d")
+def _adaptive_avg_pool2d(x, output_size):
+    """Bins of equal extent (each output size divides its input size; output_size 1 is global
+    average pooling) are avg_pool2d with kernel = stride = input // output; uneven bins stay a
+    fallback."""
+    size = x.get_size()
+    oh, ow = _out_val().shape[-2:]
+    if len(size) not in (3, 4) or not oh or not ow or size[-2] % oh or size[-1] % ow:
+        raise Unsupported("adaptive_avg_pool2d with bins of unequal extent")
+    k = (size[-2] // oh, size[-1] // ow)
+    return _avg_pool2d(x, k, k, 0, False, True, None)
+
+
 @register_lowering("rms_norm")
 def _rms_norm(x, normalized_shape, weight=None, eps=None):
     out = _out_val()

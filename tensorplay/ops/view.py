@@ -512,8 +512,8 @@ def _index_meta(self, indices):
         if isinstance(i, torch.Tensor):
             if _is_mask(i):
                 if i.device.type == "meta":
-                    raise DataDependentShapeError("tp.index: the output shape depends on the values of a boolean mask "
-                                       "(data-dependent shape); it has no meta function on meta tensors")
+                    raise DataDependentShapeError("tp.index: the output shape depends on the values of a boolean "
+                                                  "mask (data-dependent shape); it has no meta function on meta tensors")
                 if i.dim() == 0:
                     return [bool(i)]
                 n = int(i.count_nonzero())
@@ -798,7 +798,7 @@ def _masked_select_meta(self, mask):
         mask = mask._data
     if mask.device.type == "meta":
         raise DataDependentShapeError("tp.masked_select: the output shape depends on the values of the mask "
-                           "(data-dependent shape); it has no meta function on meta tensors")
+                                      "(data-dependent shape); it has no meta function on meta tensors")
     shape = torch.broadcast_shapes(self.shape, mask.shape)
     n = int(mask.expand(shape).count_nonzero())
     return torch.empty(n, dtype=self.dtype, device="meta")
@@ -851,7 +851,7 @@ def _one_hot_meta(self, num_classes):
         d = self._data if isinstance(self, Tensor) else self
         if d.device.type == "meta":
             raise DataDependentShapeError("tp.one_hot: with num_classes=-1 the output shape depends on the data; "
-                               "pass num_classes")
+                                          "pass num_classes")
         num_classes = int(d.max()) + 1 if d.numel() else 0
     return torch.empty(tuple(self.shape) + (num_classes,), dtype=torch.int64, device="meta")
 

@@ -239,11 +239,11 @@ class Tracer:
         for i in s.index_pos:
             nargs[i] = _map_index(nargs[i], lambda t: self.node_of(t) if isinstance(t, Tensor) else t)
         node = self.graph.call_function(op, tuple(nargs))
-        # (with execute=False such an op's meta function has already raised DataDependentShapeError)
-        dynamic = self.execute and op.output_shape_depends_on_data(*args)
         if s.mutated_pos is not None:
             node.meta["val"] = _to_meta(outs[0]._data)
             return
+        # (with execute=False such an op's meta function has already raised DataDependentShapeError)
+        dynamic = self.execute and op.output_shape_depends_on_data(*args)
         tensors = [o for o in outs if isinstance(o, Tensor)]
         if len(outs) == 1 and not s.returns_list and not s.returns_tuple:
             self._become(outs[0], node)
@@ -258,7 +258,7 @@ class Tracer:
             # the graph is specialised to these output shapes: each is a data gate, checked by the
             # replay before every call (a call whose shapes differ recompiles)
             for t in tensors:
-                self.record_gate(t, "shape", tuple(t._data.shape))
+                self.record_gate(t, "shape", convert_gate("shape", t))
 
     def _become(self, t: Tensor, node):
         if not self.execute and t._data.device.type != "meta":

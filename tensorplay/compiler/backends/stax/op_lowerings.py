@@ -1510,6 +1510,27 @@ def _log_softmax_of(x, dim, dtype):
     return TensorBox(Pointwise(dtype, x.device, x.get_size(), lambda i: ops.sub(shifted(i), ops.log(sl(i)))))
 
 
+def _normalized(x, mean, var, eps, weight, bias, dt):
+    """The compute function ``(x - mean) * rsqrt(var + eps) [* weight] [+ bias]`` of layer_norm,
+    batch_norm and group_norm: every argument a loader over the output index (weight/bias None
+    when absent), eps a constant of dtype ``dt``."""
+    def f(i):
+        y = ops.mul(ops.sub(x(i), mean(i)), ops.rsqrt(ops.add(var(i), ops.constant(float(eps), dt))))
+        if weight is not None:
+            y = ops.mul(y, weight(i))
+        return ops.add(y, bias(i)) if bias is not None else y
+    return f
+
+
+def _channel_loader(t, dt):
+    """A per-channel (C,) tensor as a loader over an (N, C, ...) index, converted to ``dt``; None
+    for an absent (non-tensor) argument."""
+    if not isinstance(t, TensorBox):
+        return None
+    ld = t.make_loader()
+    return lambda i: _conv(ld([i[1]]), t.dtype, dt)
+
+
 @register_lowering("layer_norm")
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     out = _out_val()
@@ -1520,17 +1541,9 @@ def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     dims = list(range(n - k, n))
     var, mean = LAYER_NORM_STATS(x, dims, 0, True, x.dtype)
     vl, mlo = broadcast_loader(var, x.get_size()), broadcast_loader(mean, x.get_size())
-    xl = x.make_loader()
     wl = broadcast_loader(weight, x.get_size()) if isinstance(weight, TensorBox) else None
     bl = broadcast_loader(bias, x.get_size()) if isinstance(bias, TensorBox) else None
-
-    def f(i):
-        y = ops.mul(ops.sub(xl(i), mlo(i)), ops.rsqrt(ops.add(vl(i), ops.constant(float(eps), x.dtype))))
-        if wl is not None:
-            y = ops.mul(y, wl(i))
-        if bl is not None:
-            y = ops.add(y, bl(i))
-        return y
+    f = _normalized(x.make_loader(), mlo, vl, eps, wl, bl, x.dtype)
     return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), f))
 
 
@@ -1553,24 +1566,14 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     if any(tracked) and not all(tracked):
         raise Unsupported("batch_norm with only one of running_mean / running_var")
     dt = out.dtype
-
-    def channel(t):       # a per-channel (C,) tensor as a loader over x's index
-        if not isinstance(t, TensorBox):
-            return None
-        ld = t.make_loader()
-        return lambda i: _conv(ld([i[1]]), t.dtype, dt)
     if all(tracked):
-        ml, vl = channel(running_mean), channel(running_var)
+        ml, vl = _channel_loader(running_mean, dt), _channel_loader(running_var, dt)
     else:
         var, mean = _var_parts(x, [0] + list(range(2, len(size))), 0, True, dt)
         ml, vl = broadcast_loader(mean, size), broadcast_loader(var, size)
-    wl, bl, xl = channel(weight), channel(bias), x.make_loader()
-
-    def f(i):
-        y = ops.mul(ops.sub(_conv(xl(i), x.dtype, dt), ml(i)), ops.rsqrt(ops.add(vl(i), ops.constant(float(eps), dt))))
-        if wl is not None:
-            y = ops.mul(y, wl(i))
-        return ops.add(y, bl(i)) if bl is not None else y
+    xl = x.make_loader()
+    f = _normalized(lambda i: _conv(xl(i), x.dtype, dt), ml, vl, eps, _channel_loader(weight, dt),
+                    _channel_loader(bias, dt), dt)
     return TensorBox(Pointwise(dt, x.device, size, f))
 
 
@@ -1595,15 +1598,8 @@ def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
 
     def group_of(i):
         return [i[0], sympy.floor(i[1] / cpg)] + zeros
-    wl = weight.make_loader() if isinstance(weight, TensorBox) else None
-    bl = bias.make_loader() if isinstance(bias, TensorBox) else None
-
-    def f(i):
-        y = ops.mul(ops.sub(_conv(xl(i), x.dtype, dt), ml(group_of(i))),
-                    ops.rsqrt(ops.add(vl(group_of(i)), ops.constant(float(eps), dt))))
-        if wl is not None:
-            y = ops.mul(y, _conv(wl([i[1]]), weight.dtype, dt))
-        return ops.add(y, _conv(bl([i[1]]), bias.dtype, dt)) if bl is not None else y
+    f = _normalized(lambda i: _conv(xl(i), x.dtype, dt), lambda i: ml(group_of(i)), lambda i: vl(group_of(i)),
+                    eps, _channel_loader(weight, dt), _channel_loader(bias, dt), dt)
     return TensorBox(Pointwise(dt, x.device, size, f))
 
 

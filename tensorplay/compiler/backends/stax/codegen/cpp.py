@@ -1179,10 +1179,9 @@ class KernelGen:
         try:
             yield
         finally:
-            streams = {key: dt for key, dt in self.stream_loads.items() if key[0] not in earlier}
-            self.stream_loads, self.prefetch_var = None, None
-        big = {key: dt for key, dt in streams.items()
-               if choices.from_memory(self.sched.buffer_bytes(key[0]))}
+            loads, self.stream_loads, self.prefetch_var = self.stream_loads, None, None
+        big = {key: dt for key, dt in loads.items()
+               if key[0] not in earlier and choices.from_memory(self.sched.buffer_bytes(key[0]))}
         chunk = choices.prefetch_chunk(len(big), self.large_store, [n.buf.data for n in nodes])
         if chunk:
             calls = " ".join(f"tp::prefetch_block({name} + {base}, {chunk * dt.itemsize});"
@@ -1261,10 +1260,10 @@ class KernelGen:
     def _store(self, target, expr, v, mode, dtype):
         coeff = self.inner_coeff(expr) if self.vec_var is not None else 0
         base = cexpr(expr)
+        stream = mode == "vec" and coeff == 1 and dtype != torch.bool and self._streamable(target, expr, dtype)
         if mode == "vec" and choices.from_memory(self.sched.buffer_bytes(target)):
             self.large_store = True
-            if dtype == torch.bool or coeff != 1 or not self._streamable(target, expr, dtype):
-                self.plain_large_store = True
+            self.plain_large_store = self.plain_large_store or not stream
         if dtype == torch.bool:
             return f"tp_store_bool({target} + {base}, {coeff}, {v}, {'n' if mode in ('tail', 'tail1') else 'VL'});"
         if mode == "tail1":
@@ -1272,7 +1271,7 @@ class KernelGen:
         if coeff == 1:
             if mode != "vec":
                 return f"{v}.storen({target} + {base}, n);"
-            if self._streamable(target, expr, dtype):
+            if stream:
                 self.streamed.add(target)
                 return f"{v}.store_stream({target} + {base});"
             return f"{v}.store({target} + {base});"

@@ -202,7 +202,23 @@ def check_access(name, expr, ranges, extent, cond=None):
     condition, see :func:`refine`) holds; empty spaces pass.  A conjunct on a linear combination E
     of several variables (:func:`_linear_windows`) is used when ``expr`` contains a multiple of E:
     ``expr = c*E + rest`` is bounded as ``c*t + rest`` with ``t`` in the interval the mask leaves E
-    (sound: the identity holds at every point, and the other variables keep their ranges)."""
+    (sound: the identity holds at every point, and the other variables keep their ranges).
+    Each ``floor``/``Mod`` term of the loop variables is first read as a variable of its own over
+    its interval, the same one in ``expr`` and in ``cond``: a conjunct ``floor(9*o/7) + 2 < 9``
+    then bounds the access ``floor(9*o/7) + 2`` (an adaptive pooling bin; sound as well -- the
+    term's values lie in its interval, and dropping their link to o only widens)."""
+    if cond is not None and cond is not sympy.true and cond is not sympy.false:
+        terms = sorted({a for a in expr.atoms(sympy.floor, sympy.Mod) | cond.atoms(sympy.floor, sympy.Mod)
+                        if a.free_symbols and a.free_symbols <= set(ranges)}, key=str)
+        sub, ranges = {}, dict(ranges)
+        for a in terms:
+            try:
+                iv = bound(a, ranges)
+            except Unsupported:     # a term bound() cannot take stays as it is
+                continue
+            sub[a] = sympy.Symbol(f"_term{len(sub)}", integer=True)
+            ranges[sub[a]] = (iv.lo, iv.hi)
+        expr, cond = expr.xreplace(sub), cond.xreplace(sub)
     ranges = refine(ranges, cond)
     if extent == 0 or any(hi < lo for lo, hi in ranges.values()):
         return

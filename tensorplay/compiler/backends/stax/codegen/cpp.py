@@ -215,18 +215,74 @@ class CppHandler:
     def _gather(self, ptr, expr, dtype):
         fn = "tp_gather_off_bool" if dtype == torch.bool else f"tp_gather_off<{CTYPE[dtype]}>"
         fast = None if dtype == torch.bool or expr.atoms(IndirectIndex) else self._periodic(expr)
-        if fast is None:
+        pattern = None if dtype == torch.bool or expr.atoms(IndirectIndex) or self._mask is not None \
+            else self._lane_pattern(expr)
+        if fast is None and pattern is None:
             off = self._lane_expr(expr)
             return self._emit(f"{fn}({ptr}, {off}, {self._active()}, {self._nl()})", dtype)
+        if fast is None:
+            off = self._lane_expr(expr, emit=False)
+            fast_expr = f"{fn}({ptr}, {off}, {self._active()}, {self._nl()})"
+        else:
+            fast_expr = None
         # Mod/floor of the vector variable (repeat, tile): a vector inside one period is an affine
         # load from the scalar index of its first lane; only one that wraps is gathered lane by lane
-        test, base, coeff = fast
-        off = self._lane_expr(expr, emit=False)
-        direct = (f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, {self._mask}, {self._nl()})"
-                  if self._mask is not None else
-                  f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, tp::Vec<int32_t>(1), {self._nl()})")
-        return self._emit(f"(({test}) ? {direct} : [&] {{ return {fn}({ptr}, {off}, {self._active()}, "
-                          f"{self._nl()}); }}())", dtype)
+        if fast is not None:
+            test, base, coeff = fast
+            off = self._lane_expr(expr, emit=False)
+            direct = (f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, {self._mask}, {self._nl()})"
+                      if self._mask is not None else
+                      f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, tp::Vec<int32_t>(1), {self._nl()})")
+            fast_expr = (f"(({test}) ? {direct} : [&] {{ return {fn}({ptr}, {off}, {self._active()}, "
+                         f"{self._nl()}); }}())")
+        if pattern is not None:
+            test, base, lanes = pattern
+            fast_expr = (f"(({test}) ? tp_pattern_load<{CTYPE[dtype]}, {', '.join(map(str, lanes))}>({ptr} + {base}, "
+                         f"{self._nl()}) : {fast_expr})")
+        return self._emit(fast_expr, dtype)
+
+    def _lane_pattern(self, expr):
+        """For an index linear in Mod/floor atoms of the vector variable v (``floor((c*v + r)/q)``,
+        ``Mod(c*v + r, q)``, integer c, q) whose period L in v divides 16: (C++ test that the
+        vector starts a period -- every atom's argument at lane 0 is a multiple of its q, and VL %
+        L == 0 --, C++ scalar index of lane 0, the 16 lane offsets from it), or None.  Inside a
+        period the offsets do not depend on where the vector is: lane k adds ``floor(c*k/q)``
+        (``Mod(c*k, q)``) per atom, times its coefficient, to the linear part's ``a*k``."""
+        v = self.k.vec_var
+        if v is None or self.mode == "row":
+            return None
+        atoms = [a for a in expr.atoms(sympy.Mod, sympy.floor) if v in a.free_symbols]
+        if not atoms:
+            return None
+        syms, parts, period, tests = {}, [], 1, []
+        for j, a in enumerate(atoms):
+            arg, q = (a.args[0], a.args[1]) if isinstance(a, sympy.Mod) else _fraction(a.args[0])
+            if isinstance(a, sympy.Mod):
+                arg, q = sympy.expand(arg), q
+            if not getattr(q, "is_Integer", isinstance(q, int)) or int(q) <= 0 or arg.atoms(sympy.Mod, sympy.floor):
+                return None
+            q, c = int(q), sympy.diff(arg, v)
+            if not c.is_Integer:
+                return None
+            period = math.lcm(period, q // math.gcd(int(c), q))
+            syms[a] = sympy.Symbol(f"_atom{j}", integer=True)
+            parts.append((syms[a], isinstance(a, sympy.Mod), int(c), q))
+            tests.append(f"(({cexpr(arg)}) % {q} == 0)")
+        lin = expr.xreplace(syms)
+        coef = {s: sympy.diff(lin, s) for s in syms.values()}
+        a_v = sympy.diff(lin, v)
+        if not (a_v.is_Integer and all(c.is_Integer for c in coef.values())) or period > 16 or 16 % period:
+            return None
+        if any(sympy.diff(lin, s, 2) != 0 for s in syms.values()):
+            return None
+        lanes = []
+        for k in range(16):
+            off = int(a_v) * k + sum(int(coef[s]) * ((c * k) % q if is_mod else (c * k) // q)
+                                     for s, is_mod, c, q in parts)
+            lanes.append(off)
+        if min(lanes) < 0 or max(lanes) > 15 or lanes[0] != 0:
+            return None
+        return f"(VL % {period} == 0) && " + " && ".join(tests), cexpr(expr), lanes
 
     def _periodic(self, expr):
         """For an index with Mod/floor atoms of the vector variable v: (C++ test that the vector's

@@ -207,6 +207,41 @@ TP_INLINE void prefetch_block(const void* p, int bytes) {
 }
 
 namespace detail {
+// One native chunk of lanes p[0], p[stride], p[2*stride], ... (a strided view read by a vector
+// loop: a pooling window with stride 2, a transposed operand).  AVX-512: stride 2 is two loads and
+// one lane permute (the second load masked so that it stops at the last element used: it never
+// touches memory past it); other strides whose offsets fit in 32 bits are one hardware gather.  A
+// lane loop otherwise (AVX2/SSE/scalar builds, 1/2-byte elements).
+template <typename C, typename E>
+TP_INLINE C chunk_load_strided(const E* p, int64_t stride) {
+    constexpr int lanes = int(sizeof(C) / sizeof(E));
+#if defined(__AVX512F__)
+    if constexpr (sizeof(C) == 64 && sizeof(E) == 4) {
+        if (stride == 2) {
+            const __m512 a = _mm512_loadu_ps(p), b = _mm512_maskz_loadu_ps(__mmask16(0x7FFF), p + 16);
+            const __m512i even = _mm512_set_epi32(30, 28, 26, 24, 22, 20, 18, 16, 14, 12, 10, 8, 6, 4, 2, 0);
+            return (C)_mm512_permutex2var_ps(a, even, b);
+        }
+        if (stride > -(1 << 26) && stride < (1 << 26)) {
+            const __m512i off = _mm512_mullo_epi32(_mm512_set_epi32(15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0),
+                                                   _mm512_set1_epi32(int(stride)));
+            return (C)_mm512_i32gather_ps(off, p, 4);
+        }
+    }
+    if constexpr (sizeof(C) == 64 && sizeof(E) == 8) {
+        if (stride == 2) {
+            const __m512d a = _mm512_loadu_pd(p), b = _mm512_maskz_loadu_pd(__mmask8(0x7F), p + 8);
+            return (C)_mm512_permutex2var_pd(a, _mm512_set_epi64(14, 12, 10, 8, 6, 4, 2, 0), b);
+        }
+        const __m512i off = _mm512_mullo_epi64(_mm512_set_epi64(7, 6, 5, 4, 3, 2, 1, 0), _mm512_set1_epi64(stride));
+        return (C)_mm512_i64gather_pd(off, p, 8);
+    }
+#endif
+    C r;
+    for (int i = 0; i < lanes; ++i) r[i] = p[(int64_t)i * stride];
+    return r;
+}
+
 // Partial loads/stores of one native chunk: the first m lanes (m may be <= 0 or >= the lane count).
 // AVX-512 / AVX2 masked moves (they never touch memory outside the mask); a lane loop otherwise.
 template <typename C, typename E>
@@ -386,9 +421,10 @@ struct Vec {
         return r;
     }
     static TP_INLINE Vec load_strided(const T* p, int64_t stride) {   // gather p[i*stride]
-        T t[size];
-        for (int i = 0; i < size; ++i) t[i] = p[(int64_t)i * stride];
-        return load(t);
+        Vec r;
+        for (int k = 0; k < nchunks; ++k)
+            r.c[k] = detail::chunk_load_strided<chunk_type>(p + (int64_t)k * chunk_lanes * stride, stride);
+        return r;
     }
     template <typename Ix>
     static TP_INLINE Vec gather(const T* p, const Vec<Ix>& idx) {       // p[idx[i]]

@@ -25,6 +25,7 @@ inline auto tp_tail_mask(int n) {
 
 template <typename T>
 inline tp::Vec<T> tp_gather(const T* p, int64_t stride, int n) {
+  if (n == tp::Vec<T>::size) return tp::Vec<T>::load_strided(p, stride);
   alignas(64) T t[tp::Vec<T>::size] = {};
   for (int k = 0; k < n; ++k) t[k] = p[k * stride];
   return tp::Vec<T>::load(t);
@@ -100,6 +101,42 @@ inline tp::Vec<T> tp_gather_off(const T* p, const tp::Vec<int64_t>& off, const t
   alignas(64) T t[tp::Vec<T>::size] = {};
   for (int k = 0; k < n; ++k)
     if (m[k]) t[k] = p[off[k]];
+  return tp::Vec<T>::load(t);
+}
+
+// p[P[k]] for the first n lanes, P a compile-time lane pattern with 0 <= P[k] < 16: the lanes of
+// a Mod/floor index of the vector variable inside one period (nearest upsampling floor(o/2): 0 0 1
+// 1 2 2 ...; tile Mod(o, 3): 0 1 2 0 1 2 ...).  The generated code tests that the vector starts a
+// period.  AVX-512: one masked load of the span the lanes use (it never touches memory past it)
+// and one lane permute (two of each for 8-byte elements); a lane loop otherwise.
+template <typename T, int... P>
+inline tp::Vec<T> tp_pattern_load(const T* p, int n) {
+  static_assert(sizeof...(P) == 16 && tp::Vec<T>::size <= 16, "a lane pattern has 16 entries");
+  alignas(64) static constexpr int32_t pat[16] = {P...};
+  int span = 0;
+  for (int k = 0; k < n; ++k) span = pat[k] + 1 > span ? pat[k] + 1 : span;
+#if defined(__AVX512F__)
+  if constexpr (tp::Vec<T>::size == 16 && sizeof(T) == 4) {
+    const __m512 a = _mm512_maskz_loadu_ps(__mmask16((1u << span) - 1u), p);
+    tp::Vec<T> r;
+    const __m512 v = _mm512_permutexvar_ps(_mm512_load_si512(pat), a);
+    std::memcpy(&r, &v, sizeof(v));
+    return r;
+  }
+  if constexpr (tp::Vec<T>::size == 16 && sizeof(T) == 8) {
+    const unsigned m = (1u << span) - 1u;
+    const __m512d lo = _mm512_maskz_loadu_pd(__mmask8(m & 0xFF), p), hi = _mm512_maskz_loadu_pd(__mmask8(m >> 8), p + 8);
+    const __m512d v0 = _mm512_permutex2var_pd(lo, _mm512_cvtepi32_epi64(_mm256_load_si256((const __m256i*)pat)), hi);
+    const __m512d v1 = _mm512_permutex2var_pd(lo, _mm512_cvtepi32_epi64(_mm256_load_si256((const __m256i*)(pat + 8))), hi);
+    tp::Vec<T> r;
+    std::memcpy(&r, &v0, sizeof(v0));
+    std::memcpy(reinterpret_cast<char*>(&r) + sizeof(v0), &v1, sizeof(v1));
+    return r;
+  }
+#endif
+  (void)span;
+  alignas(64) T t[tp::Vec<T>::size] = {};
+  for (int k = 0; k < n; ++k) t[k] = p[pat[k]];
   return tp::Vec<T>::load(t);
 }
 

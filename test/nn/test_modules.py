@@ -121,6 +121,8 @@ LAYERS = [
     ("AvgPool2d", (3,), {"stride": 2, "padding": 1, "count_include_pad": False}, [(2, 3, 7, 7)]),
     ("AdaptiveAvgPool2d", ((2, 3),), {}, [(2, 3, 7, 8)]),
     ("AdaptiveAvgPool2d", (1,), {}, [(2, 3, 5, 5)]),
+    ("Upsample", (), {"scale_factor": 2}, [(2, 3, 5, 5)]),
+    ("Upsample", ((7, 9),), {"mode": "bilinear", "align_corners": False}, [(2, 3, 5, 5)]),
     ("ReLU", (), {}, [(4, 5)]),
     ("GELU", (), {}, [(4, 5)]),
     ("GELU", (), {"approximate": "tanh"}, [(4, 5)]),

@@ -7,7 +7,7 @@ from .normalization import LayerNorm, RMSNorm, GroupNorm, BatchNorm1d, BatchNorm
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from .pooling import (MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool1d, AdaptiveAvgPool2d,
-                      AdaptiveMaxPool2d)
+                      AdaptiveMaxPool2d, Upsample)
 from .container import Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict
 from .sparse import Embedding
 from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, SmoothL1Loss, HuberLoss,
@@ -22,7 +22,7 @@ __all__ = [
     "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
     "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",
-    "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
+    "Upsample", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "Embedding",
     "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
     "KLDivLoss",

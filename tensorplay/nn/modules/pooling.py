@@ -1,4 +1,5 @@
-"""Pooling layers: ``MaxPool1d/2d``, ``AvgPool1d/2d``, ``AdaptiveAvgPool1d/2d``, ``AdaptiveMaxPool2d``.
+"""Pooling layers: ``MaxPool1d/2d``, ``AvgPool1d/2d``, ``AdaptiveAvgPool1d/2d``, ``AdaptiveMaxPool2d``;
+and ``Upsample`` (resampling by ``F.interpolate``).
 
 ``stride`` defaults to ``kernel_size`` (non-overlapping windows).  Adaptive pools choose window
 bounds ``floor(i·L/out) .. ceil((i+1)·L/out)`` so the output has exactly ``output_size``.
@@ -9,7 +10,7 @@ from __future__ import annotations
 from .. import functional as F
 from .module import Module
 
-__all__ = ["MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
+__all__ = ["Upsample", "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d",
            "AdaptiveMaxPool2d"]
 
 
@@ -119,3 +120,25 @@ class AdaptiveAvgPool2d(_AdaptivePool):
 
 class AdaptiveMaxPool2d(_AdaptivePool):
     _fn = "adaptive_max_pool2d"
+
+
+class Upsample(Module):
+    """Resample the spatial dims to ``size`` or by ``scale_factor`` (``F.interpolate``; modes
+    'nearest', 'linear', 'bilinear')."""
+
+    def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
+                 recompute_scale_factor=None):
+        super().__init__()
+        if isinstance(scale_factor, (tuple, list)):
+            scale_factor = tuple(float(f) for f in scale_factor)
+        self.size, self.scale_factor, self.mode = size, float(scale_factor) if isinstance(scale_factor, (int, float)) \
+            else scale_factor, mode
+        self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
+
+    def forward(self, input):
+        return F.interpolate(input, self.size, self.scale_factor, self.mode, self.align_corners,
+                             self.recompute_scale_factor)
+
+    def extra_repr(self):
+        what = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
+        return f"{what}, mode={self.mode!r}"

@@ -22,11 +22,16 @@ computed by the op's own kernel on a meta tensor; reshape of an unrealized value
 first (a reshape of a contiguous buffer is free).  Copying shape ops (pad, cat, stack, roll,
 repeat, tile, tril/triu) and integer-tensor indexing (gather, index_select, embedding, ``x[idx]``,
 ...) are index maps too: masked loads and checked indirect loads (bounds.py).
-matmul/mm/bmm/addmm/linear/conv, the sort-like ops and scans are extern kernels; anything without a
-rule is a fallback kernel.
+Pooling (max, average, adaptive) and nearest upsampling are index maps over the window: small
+windows unrolled into pointwise kernels that make eager's comparisons and additions in eager's
+order (bitwise results), their backward ops eager's scatter loops read as gathers.
+matmul/mm/bmm/addmm/linear/conv, the sort-like ops and scans are extern kernels, and so are the
+few pooling/upsampling forms whose masked lane-wise gathers measured slower than ATen; anything
+without a rule is a fallback kernel.
 """
 from __future__ import annotations
 
+import itertools
 import math
 
 import sympy
@@ -1552,8 +1557,11 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     """Eval mode: an affine map per channel (dim 1) with the running statistics, one pointwise
     kernel that fuses with its neighbours (conv -> batch_norm -> relu: the conv is an extern kernel,
     the rest one Stax kernel).  Without running statistics: the batch statistics (biased variance,
-    Welford over every dim but 1).  Training mode with running statistics updates them in place
-    (a side effect outside the graph): a fallback kernel (eager) keeps it."""
+    Welford over every dim but 1).  Training mode with running statistics also updates them in
+    place, as eager does: ``r = momentum * batch + (1 - momentum) * r`` with the unbiased batch
+    variance, written back into the graph inputs they are (the wrapper's copy after the kernels,
+    like every mutated input: ``copy_``); running statistics that are not graph inputs, or that the
+    graph reads again, keep the fallback kernel (eager)."""
     out = _out_val()
     if out.dtype not in (torch.float32, torch.float64):
         raise Unsupported("batch_norm dtype")
@@ -1561,20 +1569,45 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     if len(size) < 2:
         raise Unsupported("batch_norm of fewer than 2 dims (eager raises)")
     tracked = [isinstance(t, TensorBox) for t in (running_mean, running_var)]
-    if training and any(tracked):
-        raise Unsupported("batch_norm in training mode updates the running statistics in place")
     if any(tracked) and not all(tracked):
         raise Unsupported("batch_norm with only one of running_mean / running_var")
     dt = out.dtype
-    if all(tracked):
+    if all(tracked) and not training:
         ml, vl = _channel_loader(running_mean, dt), _channel_loader(running_var, dt)
     else:
-        var, mean = _var_parts(x, [0] + list(range(2, len(size))), 0, True, dt)
+        rdims = [0] + list(range(2, len(size)))
+        var, mean = _var_parts(x, rdims, 0, True, dt)
         ml, vl = broadcast_loader(mean, size), broadcast_loader(var, size)
+        if all(tracked):
+            _update_running_stats(running_mean, running_var, mean, var, math.prod(size[d] for d in rdims), momentum)
     xl = x.make_loader()
     f = _normalized(lambda i: _conv(xl(i), x.dtype, dt), ml, vl, eps, _channel_loader(weight, dt),
                     _channel_loader(bias, dt), dt)
     return TensorBox(Pointwise(dt, x.device, size, f))
+
+
+def _update_running_stats(running_mean, running_var, mean, var, n, momentum):
+    """batch_norm's in-place update of its running statistics, as write-backs of graph inputs:
+    ``momentum * batch + (1 - momentum) * running`` per channel, the variance unbiased (n/(n-1))."""
+    from .ir import InputBuffer
+    node = _node()
+    for arg, box in zip(node.args[3:5], (running_mean, running_var)):
+        if not isinstance(box.data, InputBuffer) or len(getattr(arg, "users", ())) != 1 or \
+                box.dtype not in (torch.float32, torch.float64) or len(box.get_size()) != 1:
+            raise Unsupported("batch_norm in training mode: the running statistics must be graph inputs "
+                              "that nothing else in the graph reads (their in-place update)")
+    c = running_mean.get_size()[0]
+    for box, stat, factor in ((running_mean, mean, 1.0), (running_var, var, n / (n - 1) if n > 1 else math.nan)):
+        dt, rl, sl = box.dtype, box.make_loader(), stat.make_loader()
+        zeros = [sympy.Integer(0)] * (len(stat.get_size()) - 2)
+
+        def new(i, dt=dt, rl=rl, sl=sl, factor=factor, zeros=zeros):
+            b = _conv(sl([sympy.Integer(0), i[0]] + zeros), stat.dtype, dt)
+            if factor != 1.0:
+                b = ops.mul(b, ops.constant(factor, dt))
+            return ops.add(ops.mul(ops.constant(momentum, dt), b),
+                           ops.mul(ops.constant(1.0 - momentum, dt), rl(i)))
+        V.graph.mutations.append((box.data, V.graph.realize(TensorBox(Pointwise(dt, box.device, [c], new)))))
 
 
 @register_lowering("group_norm")
@@ -1618,44 +1651,373 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     if len(size) not in (3, 4) or not divisor_override and divisor_override is not None:
         raise Unsupported("avg_pool2d input rank / zero divisor (eager raises)")
     lead, (h_in, w_in), (oh_n, ow_n) = list(size[:-2]), size[-2:], tuple(out.shape[-2:])
-    nl, dt, xl = len(lead), out.dtype, x.make_loader()
+    nl, dt = len(lead), out.dtype
+    axes = ((lambda o, k: o * sh - ph + k, None), (lambda o, k: o * sw - pw + k, None))
+    window, _ = _window_map(x, lead, axes, 0.0, dt)
+    sl = _window_sum(window, lead, (oh_n, ow_n), (kh, kw), dt, x.device)
 
-    def window(i):
-        h, w = i[nl] * sh - ph + i[nl + 2], i[nl + 1] * sw - pw + i[nl + 3]
-        cond = None
-        for e, n in ((h, h_in), (w, w_in)):
-            cond = _and(_and(cond, _icmp(e, "ge", 0)), _icmp(e, "lt", n))
-        return ops.masked(cond, lambda: _conv(xl(list(i[:nl]) + [h, w]), x.dtype, dt), 0.0)
-    win = TensorBox(Pointwise(dt, x.device, lead + [oh_n, ow_n, kh, kw], window))
-    sl = _realize(make_reduction(win, [nl + 2, nl + 3], False, "sum", dt)).make_loader()
+    div = _avg_divisor((kh, kw), (sh, sw), (ph, pw), (h_in, w_in), count_include_pad, divisor_override, dt)
+    return TensorBox(Pointwise(dt, x.device, list(out.shape), lambda i: ops.truediv(sl(i), div(i[nl], i[nl + 1]))))
 
-    def extent(o, st, pad, k, n):       # the window's length along one dim, as eager counts it
-        start = _ix(o * st - pad)
-        if count_include_pad:
-            return ops.sub(ops.minimum(ops.add(start, _ix(sympy.Integer(k))), _ix(sympy.Integer(n + pad))), start)
-        lo = ops.maximum(start, _ix(sympy.Integer(0)))
-        return ops.sub(ops.minimum(ops.add(start, _ix(sympy.Integer(k))), _ix(sympy.Integer(n))), lo)
+
+def _avg_divisor(k, s, p, n, count_include_pad, divisor_override, dt):
+    """avg_pool2d's divisor of output position (oh, ow), as eager computes it: ``divisor_override``,
+    else the window's area clipped to the padded input (``count_include_pad``) or to the input."""
+    def extent(o, d):
+        start = _ix(o * s[d] - p[d])
+        end = ops.minimum(ops.add(start, _ix(sympy.Integer(k[d]))),
+                          _ix(sympy.Integer(n[d] + (p[d] if count_include_pad else 0))))
+        return ops.sub(end, start if count_include_pad else ops.maximum(start, _ix(sympy.Integer(0))))
+
+    def div(oh, ow):
+        if divisor_override:
+            return ops.constant(float(divisor_override), dt)
+        return ops.to_dtype(ops.mul(extent(oh, 0), extent(ow, 1)), dt)
+    return div
+
+
+def _scatter_as_gather(g, lead, in_shape, dims, contrib, dt):
+    """The transpose of a map from input positions to output positions that adds each output's
+    value into its inputs (the backward of a pooling or upsampling), as a gather: input position h
+    of spatial dim d is written by at most A outputs, ``dims[d] = (A, o(h, a), ok(h, o))`` lists
+    them in ascending order (a = 0 .. A-1) with the condition that output o exists and covers h;
+    the value is the sum of ``contrib(lead_index, *o)`` over them in eager's order (outputs
+    row-major, from +0), with masked loads for the outputs that do not exist.  Exact: the same
+    additions as the scatter loop, in the same order."""
+    nl = len(lead)
 
     def f(i):
-        if divisor_override:
-            div = ops.constant(float(divisor_override), dt)
-        else:
-            div = ops.to_dtype(ops.mul(extent(i[nl], sh, ph, kh, h_in), extent(i[nl + 1], sw, pw, kw, w_in)), dt)
-        return ops.truediv(sl(i), div)
-    return TensorBox(Pointwise(dt, x.device, list(out.shape), f))
+        acc = ops.constant(0.0, dt)
+        for a in itertools.product(*(range(d[0]) for d in dims)):
+            o = [d[1](i[nl + k], a[k]) for k, d in enumerate(dims)]
+            cond = None
+            for k, d in enumerate(dims):
+                cond = _and(cond, d[2](i[nl + k], o[k]))
+            acc = ops.add(acc, ops.masked(cond, lambda o=o: contrib(list(i[:nl]), *o), 0.0))
+        return acc
+    return TensorBox(Pointwise(dt, g.device, list(lead) + list(in_shape), f))
+
+
+@register_lowering("avg_pool2d_backward")
+def _avg_pool2d_backward(g, input_size, kernel_size, stride, padding, ceil_mode, count_include_pad,
+                         divisor_override):
+    """grad_input[h, w] = the sum of grad_output[oh, ow] / divisor(oh, ow) over the windows that
+    hold (h, w): at most ceil(k/s) per dim, oh = floor((h + p)/s) - a (``_scatter_as_gather``).
+    Lowered for stride 1 (then oh = h + p - a, plain shifted loads); other strides are an extern
+    kernel (ATen), measured faster."""
+    from ....ops.nn_ops import _pool_params
+    out = _out_val()
+    if out.dtype not in (torch.float32, torch.float64) or g.dtype != out.dtype:
+        raise Unsupported("avg_pool2d_backward dtype")
+    (kh, kw), (sh, sw), (ph, pw), _ = _pool_params(kernel_size, stride, padding)
+    gsize = g.get_size()
+    if len(gsize) not in (3, 4) or (divisor_override is not None and not divisor_override):
+        raise Unsupported("avg_pool2d_backward rank / zero divisor (eager raises)")
+    lead, osz, isz, dt = list(gsize[:-2]), gsize[-2:], list(out.shape[-2:]), out.dtype
+    if (sh, sw) != (1, 1):
+        # with stride s > 1 the outputs over an input are floor((h + p)/s) - a and which of them
+        # exist alternates from lane to lane: masked lane-wise gathers ran 1.8-3.7x slower than
+        # ATen's scatter loop (32x64x56x56, k3 s2 p1: 46 vs 12 ms); stride 1 ran 2.2x faster
+        return _extern()
+    div = _avg_divisor((kh, kw), (sh, sw), (ph, pw), isz, count_include_pad, divisor_override, dt)
+    gl = g.make_loader()
+
+    def dim(k, s, p, n_out):
+        a_max = -(-k // s)
+        return (a_max, lambda h, a: sympy.floor((h + p) / s) - (a_max - 1 - a),
+                lambda h, o: _and(_and(_icmp(o, "ge", 0), _icmp(o, "lt", n_out)), _icmp(h + p - o * s, "lt", k)))
+    return _scatter_as_gather(g, lead, isz, (dim(kh, sh, ph, osz[0]), dim(kw, sw, pw, osz[1])),
+                              lambda ld, oh, ow: ops.truediv(gl(ld + [oh, ow]), div(oh, ow)), dt)
+
+
+def _window_map(x, lead, sizes, fill, dt):
+    """The index map (*lead, OH, OW, KH, KW) -> x[*lead, h(oh, kh), w(ow, kw)] of a pooling window,
+    read as ``dt``: ``sizes`` gives, per spatial dim, ``(position(o, k), extra mask or None)``; a
+    position outside x, or where the extra mask fails, reads nothing (a masked load) and gives
+    ``fill``.  Returns (the window's compute function, the validity mask of a window index)."""
+    nl, xl, (h_in, w_in) = len(lead), x.make_loader(), x.get_size()[-2:]
+
+    def valid(i):
+        cond = None
+        for k, (pos, extra), n in zip((0, 1), sizes, (h_in, w_in)):
+            e = pos(i[nl + k], i[nl + 2 + k])
+            cond = _and(_and(_and(cond, _icmp(e, "ge", 0)), _icmp(e, "lt", n)), extra and extra(i[nl + k], i[nl + 2 + k]))
+        return cond
+
+    def window(i):
+        hw = [pos(i[nl + k], i[nl + 2 + k]) for k, (pos, _) in enumerate(sizes)]
+        return ops.masked(valid(i), lambda: _conv(xl(list(i[:nl]) + hw), x.dtype, dt), fill)
+    return window, valid
+
+
+#: windows of at most this many elements are unrolled into one pointwise kernel (max pooling)
+POOL_UNROLL_MAX = 25
+
+
+def _first_inside(o, s, p, d):
+    """The first input position ``o*s - p + k*d`` (k >= 0) of a pooling window that is >= 0, as
+    an int64 value: ``h0 + d * ceil(max(-h0, 0) / d)``."""
+    h0 = _ix(o * s - p)
+    if d == 1:
+        return ops.maximum(h0, _ix(sympy.Integer(0)))
+    short = ops.maximum(ops.neg(h0), _ix(sympy.Integer(0)))
+    steps = ops.floordiv(ops.add(short, _ix(sympy.Integer(d - 1))), _ix(sympy.Integer(d)))
+    return ops.add(h0, ops.mul(steps, _ix(sympy.Integer(d))))
+
+
+@register_lowering("max_pool2d_with_indices")
+def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False, out=None):
+    """(values, flat H*W indices) with eager's choice: scanning the window in order, a position
+    inside the input wins if its value is greater than the best so far or is NaN (the first of equal
+    maxima, the *last* NaN, ±0 as eager; a window of -inf gives its first position inside x).
+
+    A window of at most POOL_UNROLL_MAX elements is unrolled: a pointwise kernel over the outputs
+    runs that scan on vectors of output columns (TorchInductor does the same for small windows).
+    A larger window is two reduction phases over the window in one kernel (like softmax): m = its
+    max (NaN-propagating), then the min over the positions inside x of ``flat`` where the value
+    equals m (``-flat`` where both are NaN: the last NaN); the value is x read at that index."""
+    from ....ops.nn_ops import _pool_params
+    out = _out_val()[0] if out is None else out
+    if out.dtype not in (torch.float32, torch.float64):
+        raise Unsupported("max_pool2d dtype")
+    (kh, kw), (sh, sw), (ph, pw), (dh, dw) = _pool_params(kernel_size, stride, padding, dilation)
+    size = x.get_size()
+    if len(size) not in (3, 4) or 0 in out.shape:
+        raise Unsupported("max_pool2d input rank / empty output (eager's checks)")
+    lead, w_in, oshape = list(size[:-2]), size[-1], list(out.shape)
+    nl, dt = len(lead), out.dtype
+    axes = ((lambda o, k: o * sh - ph + k * dh, None), (lambda o, k: o * sw - pw + k * dw, None))
+    window, valid = _window_map(x, lead, axes, float("-inf"), dt)
+
+    def flat(i):
+        return _ix(axes[0][0](i[nl], i[nl + 2]) * w_in + axes[1][0](i[nl + 1], i[nl + 3]))
+    if kh * kw <= POOL_UNROLL_MAX:
+        def scan(i, with_index):
+            # a position outside x reads -inf: never taken, so the scan needs no validity mask
+            best = ops.constant(float("-inf"), dt)
+            at = ops.add(ops.mul(_first_inside(i[nl], sh, ph, dh), _ix(sympy.Integer(w_in))),
+                         _first_inside(i[nl + 1], sw, pw, dw)) if with_index else None
+            for a in range(kh):
+                for b in range(kw):
+                    j = list(i) + [sympy.Integer(a), sympy.Integer(b)]
+                    v = window(j)
+                    take = ops.logical_or(ops.isnan(v), ops.gt(v, best))
+                    best = ops.where(take, v, best)
+                    at = ops.where(take, flat(j), at) if with_index else None
+            return at if with_index else best
+        return (TensorBox(Pointwise(dt, x.device, oshape, lambda i: scan(i, False))),
+                TensorBox(Pointwise(torch.int64, x.device, oshape, lambda i: scan(i, True))))
+    wsize = lead + oshape[-2:] + [kh, kw]
+    win = TensorBox(Pointwise(dt, x.device, wsize, window))
+    ml = _realize(make_reduction(win, [nl + 2, nl + 3], False, "max", dt)).make_loader()
+
+    def key(i):
+        m, v = ml(list(i[:nl + 2])), window(i)
+        nan_m = ops.isnan(m)
+        hit = ops.logical_and(valid(i), ops.where(nan_m, ops.isnan(v), ops.eq(v, m)))
+        return ops.where(hit, ops.where(nan_m, ops.neg(flat(i)), flat(i)), ops.constant(2 ** 62, torch.int64))
+    keys = TensorBox(Pointwise(torch.int64, x.device, wsize, key))
+    kl = _realize(make_reduction(keys, [nl + 2, nl + 3], False, "min", torch.int64)).make_loader()
+
+    def index(i):
+        r = kl(i)
+        return ops.where(ops.isnan(ml(i)), ops.neg(r), r)
+    idx = _realize(TensorBox(Pointwise(torch.int64, x.device, oshape, index)))
+    il, xl, plane = idx.make_loader(), x.make_loader(), size[-2] * w_in
+
+    def value(i):
+        k = _checked(il(i), plane, "max_pool2d", nl)
+        return xl(list(i[:nl]) + [sympy.floor(k / w_in), sympy.Mod(k, w_in)])
+    return TensorBox(Pointwise(dt, x.device, oshape, value)), idx
+
+
+@register_lowering("adaptive_max_pool2d")
+def _adaptive_max_pool2d(x, output_size):
+    """Bins of equal extent are max_pool2d with kernel = stride = input // output (eager's scan
+    and indices are the same); bins of unequal extent are an extern kernel (ATen), as for
+    adaptive_avg_pool2d."""
+    out = _out_val()[0]
+    size = x.get_size()
+    if len(size) not in (3, 4) or 0 in out.shape or any(n % m for n, m in zip(size[-2:], out.shape[-2:])):
+        return _extern()
+    k = [n // m for n, m in zip(size[-2:], out.shape[-2:])]
+    return _max_pool2d_with_indices(x, k, k, 0, 1, False, out)
+
+
+@register_lowering("max_pool2d")
+def _max_pool2d(x, kernel_size, stride=(), padding=0, dilation=1, ceil_mode=False):
+    return _max_pool2d_with_indices(x, kernel_size, stride, padding, dilation, ceil_mode, _out_val())[0]
+
+
+def _window_sum(window, lead, oshape, k, dt, device):
+    """The sum over a (k[0], k[1]) pooling window: unrolled in eager's order (rows, then columns,
+    from +0) when it has at most POOL_UNROLL_MAX elements, else a sum reduction of the window map.
+    Returns a loader over the output positions."""
+    if k[0] * k[1] <= POOL_UNROLL_MAX:
+        def sl(i):
+            acc = ops.constant(0.0, dt)     # eager's sum starts at +0 (a window of -0 sums to +0)
+            for a in range(k[0]):
+                for b in range(k[1]):
+                    acc = ops.add(acc, window(list(i) + [sympy.Integer(a), sympy.Integer(b)]))
+            return acc
+        return sl
+    win = TensorBox(Pointwise(dt, device, list(lead) + list(oshape[-2:]) + list(k), window))
+    nl = len(lead)
+    return _realize(make_reduction(win, [nl + 2, nl + 3], False, "sum", dt)).make_loader()
 
 
 @register_lowering("adaptive_avg_pool2d")
 def _adaptive_avg_pool2d(x, output_size):
-    """Bins of equal extent (each output size divides its input size; output_size 1 is global
-    average pooling) are avg_pool2d with kernel = stride = input // output; uneven bins stay a
-    fallback."""
+    """Output position o of a dim of n inputs averages bin [floor(o*n/m), ceil((o+1)*n/m)) (m the
+    output size), as eager: a window map over the widest bin that masks positions past the bin's
+    end; the sum is divided by the bin's height, then by its width (eager's order of rounding).
+    Global average pooling is the case m = 1.  Bins of unequal extent (m does not divide n) are an
+    extern kernel (ATen): measured faster than the masked window loop."""
+    out = _out_val()
+    if out.dtype not in (torch.float32, torch.float64):
+        raise Unsupported("adaptive_avg_pool2d dtype")
     size = x.get_size()
-    oh, ow = _out_val().shape[-2:]
-    if len(size) not in (3, 4) or not oh or not ow or size[-2] % oh or size[-1] % ow:
-        raise Unsupported("adaptive_avg_pool2d with bins of unequal extent")
-    k = (size[-2] // oh, size[-1] // ow)
-    return _avg_pool2d(x, k, k, 0, False, True, None)
+    if len(size) not in (3, 4) or 0 in out.shape:
+        raise Unsupported("adaptive_avg_pool2d input rank / empty output (eager's checks)")
+    lead, oshape, dt = list(size[:-2]), list(out.shape), out.dtype
+    if any(n % m for n, m in zip(size[-2:], oshape[-2:])):
+        # bins of unequal extent start at floor(o*n/m): lane-wise gathers and masks ran 2-4x slower
+        # than ATen's loop (14x14 -> 5x5: 8.0 vs 1.9 ms; 100x100 -> 30x30: 10.6 vs 5.0 ms)
+        return _extern()
+
+    def bin_of(n, m):
+        start = (lambda o: sympy.floor(o * n / m))
+        end = (lambda o: sympy.floor(((o + 1) * n + m - 1) / m))
+        widest = max((-(-(o + 1) * n // m)) - (o * n // m) for o in range(m))
+        return start, end, widest
+    bins = [bin_of(n, m) for n, m in zip(size[-2:], oshape[-2:])]
+    axes = [(lambda o, k, st=st: st(o) + k, lambda o, k, st=st, en=en: _icmp(st(o) + k - en(o), "lt", 0))
+            for st, en, _ in bins]
+    window, _ = _window_map(x, lead, axes, 0.0, dt)
+    sl = _window_sum(window, lead, oshape, [w for _, _, w in bins], dt, x.device)
+    nl = len(lead)
+
+    def f(i):
+        r = sl(i)
+        for k, (st, en, _) in enumerate(bins):
+            r = ops.truediv(r, ops.to_dtype(_ix(en(i[nl + k]) - st(i[nl + k])), dt))
+        return r
+    return TensorBox(Pointwise(dt, x.device, oshape, f))
+
+
+def _fraction_den(e):
+    """The denominator of ``e`` (a floor argument p*o/q in lowest terms)."""
+    return int(sympy.fraction(sympy.together(e))[1])
+
+
+def _nearest_source(o_sym, n_in, n_out, scale):
+    """The source index of nearest upsampling along one dim as an index expression of the output
+    index, or None.  Eager computes ``min(floor(float32(o) * s), n_in - 1)`` with the float32 scale
+    ``s = 1/scale`` (``n_in/n_out`` without one; then n_out = n_in and 2*n_in are exact); the
+    table of that is compared with ``floor(o * p/q)`` for the candidate fractions p/q (n_in/n_out,
+    and 1/scale as a fraction), so the kernel reads exactly eager's rows or the op is not lowered."""
+    import numpy as np
+    from fractions import Fraction
+    o = np.arange(n_out, dtype=np.int64)
+    if n_out == n_in and not scale:
+        table = o
+    elif n_out == 2 * n_in and not scale:
+        table = o >> 1
+    else:
+        s = np.float32(1.0 / scale) if scale and scale > 0 else np.float32(n_in) / np.float32(n_out)
+        table = np.minimum(np.floor(o.astype(np.float32) * s).astype(np.int64), n_in - 1)
+    cands = [Fraction(n_in, n_out)] + ([Fraction(1 / scale).limit_denominator(1 << 16)] if scale else [])
+    for f in cands:
+        if np.array_equal(table, np.minimum((o * f.numerator) // f.denominator, n_in - 1)):
+            e = sympy.floor(o_sym * f.numerator / f.denominator) if f.denominator != 1 else o_sym * f.numerator
+            # the clamp is needed only where floor(o*p/q) passes n_in - 1 (then it is not affine)
+            return e if (n_out - 1) * f.numerator // f.denominator <= n_in - 1 else None
+    return None
+
+
+@register_lowering("upsample_nearest1d", "upsample_nearest2d")
+def _upsample_nearest(x, output_size, *scales):
+    """out[..., o] = x[..., src(o)] per resampled dim: a view-like index map (no copy when fused),
+    with eager's source rows (``_nearest_source``).  The last dim's rows repeat a lane pattern
+    every q/gcd(p, q) columns; when that divides 16 the kernel reads a vector as one load and a
+    lane permute (codegen ``_lane_pattern``).  Otherwise, and when eager's float32 rows are no
+    ``floor(o*p/q)``, the op is an extern kernel (ATen's loop, faster than lane-wise gathers)."""
+    out = _out_val()
+    size = x.get_size()
+    nd = len(output_size)
+    if len(size) != nd + 2:
+        raise Unsupported("upsample_nearest input rank")
+    lead = len(size) - nd
+    syms = [sympy.Symbol(f"_o{k}", integer=True, nonnegative=True) for k in range(nd)]
+    src = [_nearest_source(syms[k], size[lead + k], out.shape[lead + k], scales[k] if k < len(scales) else None)
+           for k in range(nd)]
+    last = src[-1].atoms(sympy.floor)
+    period = max((_fraction_den(a.args[0]) for a in last), default=1) if src[-1] is not None else 0
+    if any(e is None for e in src) or 16 % period:
+        # eager's float32 rows are no floor(o*p/q), or the last dim's pattern repeats only every
+        # q/gcd(p, q) > 16 columns: lane-wise gathers ran 1.5x slower than ATen's loop
+        # (56 -> 75: 4.2 vs 2.8 ms), so ATen's kernel (exactly eager's rows) runs it
+        return _extern()
+    xl = x.make_loader()
+
+    def f(i):
+        sub = {syms[k]: i[lead + k] for k in range(nd)}
+        return xl(list(i[:lead]) + [e.xreplace(sub) for e in src])
+    return _box(out, f, x.device)
+
+
+@register_lowering("upsample_nearest1d_backward", "upsample_nearest2d_backward")
+def _upsample_nearest_backward(g, output_size, input_size, *scales):
+    """grad_input[h] = the sum of grad_output[o] over the outputs o that read row h: with eager's
+    rows floor(o*p/q) (``_nearest_source``) they are o in [ceil(h*q/p), ceil((h+1)*q/p)), at most
+    ceil(q/p) of them (``_scatter_as_gather``); sizes whose rows are no floor(o*p/q) are an extern
+    kernel (ATen), as in the forward."""
+    out = _out_val()
+    gsize = g.get_size()
+    nd = len(output_size)
+    if out.dtype not in (torch.float32, torch.float64) or len(gsize) != nd + 2 or nd not in (1, 2):
+        raise Unsupported("upsample_nearest_backward dtype / rank")
+    lead, isz = list(gsize[:2]), list(out.shape[2:])
+    o_sym = sympy.Symbol("_o", integer=True, nonnegative=True)
+    dims = []
+    for k in range(nd):
+        src = _nearest_source(o_sym, isz[k], gsize[2 + k], scales[k] if k < len(scales) else None)
+        if src is None:
+            return _extern()
+        num, den = sympy.fraction(sympy.together(src.args[0] if isinstance(src, sympy.floor) else src))
+        p, q = int(num.coeff(o_sym)) if num != 0 else 0, int(den)
+        if p <= 0:
+            return _extern()
+        n_out = gsize[2 + k]
+        if p != 1:
+            # a non-integer factor: the outputs over an input row start at floor((h*q + p - 1)/p),
+            # lane-wise gathers again (the forward's extern rule); an integer factor q reads rows
+            # q*h + a, plain loads (16x64x112x112 -> 56x56: 2.4 vs 7.4 ms for ATen's loop)
+            return _extern()
+        dims.append((-(-q // p), lambda h, a, p=p, q=q: sympy.floor((h * q + p - 1) / p) + a,
+                     lambda h, o, p=p, q=q, n_out=n_out: _and(_icmp(o, "lt", n_out), _icmp(o * p - (h + 1) * q, "lt", 0))))
+    gl = g.make_loader()
+    return _scatter_as_gather(g, lead, isz, dims, lambda ld, *o: _conv(gl(ld + list(o)), g.dtype, out.dtype),
+                              out.dtype)
+
+
+@register_lowering("adaptive_avg_pool2d_backward")
+def _adaptive_avg_pool2d_backward(g, input_size):
+    """Bins of equal extent k: each input is in one bin, grad_input[h, w] = grad_output[h // kh,
+    w // kw] / kh / kw (eager's grad_delta); bins of unequal extent are an extern kernel (ATen)."""
+    out = _out_val()
+    gsize = g.get_size()
+    isz = list(out.shape[-2:])
+    if out.dtype not in (torch.float32, torch.float64) or len(gsize) not in (3, 4) or \
+            any(n % m for n, m in zip(isz, gsize[-2:])) or 0 in gsize:
+        return _extern()
+    kh, kw = (n // m for n, m in zip(isz, gsize[-2:]))
+    nl, dt, gl = len(gsize) - 2, out.dtype, g.make_loader()
+
+    def f(i):
+        v = _conv(gl(list(i[:nl]) + [sympy.floor(i[nl] / kh), sympy.floor(i[nl + 1] / kw)]), g.dtype, dt)
+        return ops.truediv(ops.truediv(v, ops.constant(float(kh), dt)), ops.constant(float(kw), dt))
+    return _box(out, f, g.device)
 
 
 @register_lowering("rms_norm")
@@ -1919,5 +2281,5 @@ for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d", 
               # library kernels with no loop-level form here: fused attention, and the scatter-adds
               # of embedding/index backward (their consumers still fuse into the next kernel)
               "scaled_dot_product_attention", "embedding_dense_backward", "index_add", "index_put",
-              "scatter_add"):
+              "scatter_add", "max_pool2d_with_indices_backward", "adaptive_max_pool2d_backward"):
     register_lowering(_name)(_extern)

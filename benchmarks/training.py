@@ -1,7 +1,9 @@
 """Training-step benchmark (issue: AOT autograd — joint graphs, partitioning, compiled training).
 
-Workloads: the GPT example (``examples/gpt.py``, default config, batch 16 x 32 tokens) and an MLP
-(512 -> 1024 -> 1024 -> 10, GELU, batch 256), each trained with AdamW on cross-entropy.  One step is
+Workloads: the GPT example (``examples/gpt.py``, default config, batch 16 x 32 tokens), an MLP
+(512 -> 1024 -> 1024 -> 10, GELU, batch 256) and a small CNN (``_cnn_layers``: three conv-batchnorm
+(training mode)-relu blocks with max pooling, stride-1 average pooling, 2x nearest upsampling and
+global average pooling; 32 x 3 x 32 x 32 images), each trained with AdamW on cross-entropy.  One step is
 ``zero_grad(); loss = loss_fn(x, y); loss.backward(); opt.step()``.
 
 Per workload, four variants are timed interleaved in one run (§13.1; ``compare`` from
@@ -21,7 +23,7 @@ and activations only (without the region's inputs, i.e. the parameters and the b
 Targets (issue): compiled step faster than tp eager, at most 10% slower than torch.compile; min-cut
 saves fewer bytes than the default partitioner on the GPT block.
 
-    python benchmarks/training.py [--repeats 15] [--quick] [--no-torch-compile] [--cases gpt,mlp]
+    python benchmarks/training.py [--repeats 15] [--quick] [--no-torch-compile] [--cases gpt,mlp,cnn]
                                   [--bytes-only]
 
 On a loaded machine (more runnable processes than cores) set ``OMP_NUM_THREADS=1`` for every
@@ -106,6 +108,16 @@ def torch_mlp(d_in, hidden, d_out):
                          tn.Linear(hidden, d_out))
 
 
+def _cnn_layers(L, width, n_classes):
+    """conv-bn-relu blocks with max pooling, a stride-1 average pooling, nearest upsampling and
+    global average pooling (``L``: tp.nn or torch.nn; same layer order, so the same names)."""
+    c1, c2 = width, 2 * width
+    return L.Sequential(L.Conv2d(3, c1, 3, padding=1), L.BatchNorm2d(c1), L.ReLU(), L.MaxPool2d(3, 2, 1),
+                        L.Conv2d(c1, c2, 3, padding=1), L.BatchNorm2d(c2), L.ReLU(), L.AvgPool2d(3, 1, 1),
+                        L.Upsample(scale_factor=2), L.Conv2d(c2, c2, 3, stride=2, padding=1), L.BatchNorm2d(c2),
+                        L.ReLU(), L.AdaptiveAvgPool2d(1), L.Flatten(), L.Linear(c2, n_classes))
+
+
 class WithLoss(nn.Module):
     """``loss(model, x, y)`` as a module, so that ``tp.compile`` sees the model's parameters as the
     compiled module's (free tensors re-read at every call)."""
@@ -141,12 +153,18 @@ def workloads(quick):
     d_in, hidden, n = (64, 128, 32) if quick else (512, 1024, 256)
     xm = torch.randn(n, d_in, generator=g)
     ym = torch.randint(0, 10, (n,), generator=g)
+    nc, width = (4, 8) if quick else (32, 32)
+    xc = torch.randn(nc, 3, 32, 32, generator=g)
+    yc = torch.randint(0, 10, (nc,), generator=g)
     return {
         "gpt": (lambda: GPT(cfg), lambda: TorchGPT(cfg),
                 lambda m, x, y: m(x, y)[1], lambda m, x, y: m(x, y), (idx, tgt)),
         "mlp": (lambda: tp_mlp(d_in, hidden, 10), lambda: torch_mlp(d_in, hidden, 10),
                 lambda m, x, y: F.cross_entropy(m(x), y),
                 lambda m, x, y: torch.nn.functional.cross_entropy(m(x), y), (xm, ym)),
+        "cnn": (lambda: _cnn_layers(nn, width, 10), lambda: _cnn_layers(torch.nn, width, 10),
+                lambda m, x, y: F.cross_entropy(m(x), y),
+                lambda m, x, y: torch.nn.functional.cross_entropy(m(x), y), (xc, yc)),
     }, cfg
 
 
@@ -312,7 +330,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="small models (smoke test)")
     p.add_argument("--no-torch-compile", action="store_true")
-    p.add_argument("--cases", default="gpt,mlp")
+    p.add_argument("--cases", default="gpt,mlp,cnn")
     p.add_argument("--bytes-only", action="store_true", help="only the saved-bytes table")
     p.add_argument("--both-partitioners", action="store_true",
                    help="also time tp compiled with aot.partitioner='default'")

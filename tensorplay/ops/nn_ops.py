@@ -719,10 +719,13 @@ def _register_upsample(name, extra_schema, extra_names):
     def backward_kernel(grad_output, output_size, input_size, *extra):
         return bwd(grad_output, list(output_size), list(input_size), *extra)
 
+    # nearest resampling copies elements (an index map, like repeat): a "shape" op, which the
+    # min-cut partitioner may recompute in the backward instead of saving the larger result
     register(f"{name}(Tensor self, int[] output_size, {extra_schema}) -> Tensor", kernel,
              backward=lambda ctx, g: OPS[name + "_backward"].fn(g, ctx.output_size, list(ctx.self.shape),
                                                                 *[getattr(ctx, a) for a in extra_names]),
-             save=(), tags=N, method=False, doc=f"aten.{name}: resample the trailing spatial dims to output_size.")
+             save=(), tags=N + (("shape",) if "nearest" in name else ()), method=False,
+             doc=f"aten.{name}: resample the trailing spatial dims to output_size.")
     register(f"{name}_backward(Tensor grad_output, int[] output_size, int[] input_size, {extra_schema}) -> Tensor",
              backward_kernel,
              backward=lambda ctx, gg: OPS[name].fn(gg, ctx.output_size, *[getattr(ctx, a) for a in extra_names]),

@@ -22,7 +22,7 @@ import sympy
 
 from .ops_handler import CountingHandler, set_handler
 
-__all__ = ["should_realize", "can_fuse", "score_fusion", "parallel_depth", "stream_stores", "HORIZONTAL_FUSION",
+__all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "parallel_depth", "stream_stores", "HORIZONTAL_FUSION",
            "MAX_INLINE_OPS", "PARALLEL_MIN_WORK", "STREAM_STORE_MIN_BYTES", "aot_decompose",
            "SDPA_DECOMPOSE_MAX_SCORES", "from_memory", "prefetch_chunk", "PREFETCH_BYTES",
            "PREFETCH_MAX_OPS", "PREFETCH_MAX_STREAMS",
@@ -82,6 +82,21 @@ def should_realize(loops, node) -> bool:
         return False
     p = price(loops)
     return p.transcendental > 0 or p.ops > MAX_INLINE_OPS
+
+
+def realize_reread(loops, factor) -> bool:
+    """Materialisation of a value whose one reader computes each of its elements ``factor`` > 1
+    times on average: a pooling window reads every input about (k/s)^2 times, 2x nearest
+    upsampling every element 4 times.  ``should_realize``'s "one reader: inline" assumes one
+    evaluation per element; here the value is written to memory when it calls a transcendental
+    function, makes more than one load (it is a window or a gather itself: windows of windows
+    multiply), or the repeated evaluations cost more than MAX_INLINE_OPS ops.  Measured: the CNN
+    step of benchmarks/training.py recomputed batch_norm (an rsqrt) and a 3x3 average window 36
+    times per element of an upsampled output -- one kernel took 30 % of the step."""
+    if factor <= 1:
+        return False
+    p = price(loops)
+    return p.transcendental > 0 or p.n_loads > 1 or p.ops * (factor - 1) > MAX_INLINE_OPS
 
 
 def can_fuse(sched, g1, g2) -> bool:

@@ -1653,6 +1653,7 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     lead, (h_in, w_in), (oh_n, ow_n) = list(size[:-2]), size[-2:], tuple(out.shape[-2:])
     nl, dt = len(lead), out.dtype
     axes = ((lambda o, k: o * sh - ph + k, None), (lambda o, k: o * sw - pw + k, None))
+    _reread(x, oh_n * ow_n * kh * kw / max(1, h_in * w_in))
     window, _ = _window_map(x, lead, axes, 0.0, dt)
     sl = _window_sum(window, lead, (oh_n, ow_n), (kh, kw), dt, x.device)
 
@@ -1720,6 +1721,7 @@ def _avg_pool2d_backward(g, input_size, kernel_size, stride, padding, ceil_mode,
         # ATen's scatter loop (32x64x56x56, k3 s2 p1: 46 vs 12 ms); stride 1 ran 2.2x faster
         return _extern()
     div = _avg_divisor((kh, kw), (sh, sw), (ph, pw), isz, count_include_pad, divisor_override, dt)
+    _reread(g, math.prod(isz) * kh * kw / max(1, math.prod(osz)))
     gl = g.make_loader()
 
     def dim(k, s, p, n_out):
@@ -1728,6 +1730,15 @@ def _avg_pool2d_backward(g, input_size, kernel_size, stride, padding, ceil_mode,
                 lambda h, o: _and(_and(_icmp(o, "ge", 0), _icmp(o, "lt", n_out)), _icmp(h + p - o * s, "lt", k)))
     return _scatter_as_gather(g, lead, isz, (dim(kh, sh, ph, osz[0]), dim(kw, sw, pw, osz[1])),
                               lambda ld, oh, ow: ops.truediv(gl(ld + [oh, ow]), div(oh, ow)), dt)
+
+
+def _reread(x, factor):
+    """``x`` written to memory first when its reader evaluates each element ``factor`` times and
+    recomputing it would cost more than reading it back (choices.realize_reread)."""
+    from . import choices
+    if isinstance(x, TensorBox) and isinstance(x.data, Pointwise) and choices.realize_reread(x.data, factor):
+        _realize(x)
+    return x
 
 
 def _window_map(x, lead, sizes, fill, dt):
@@ -1787,6 +1798,7 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
     lead, w_in, oshape = list(size[:-2]), size[-1], list(out.shape)
     nl, dt = len(lead), out.dtype
     axes = ((lambda o, k: o * sh - ph + k * dh, None), (lambda o, k: o * sw - pw + k * dw, None))
+    _reread(x, math.prod(oshape[-2:]) * kh * kw / max(1, size[-2] * w_in))
     window, valid = _window_map(x, lead, axes, float("-inf"), dt)
 
     def flat(i):
@@ -1893,6 +1905,7 @@ def _adaptive_avg_pool2d(x, output_size):
     bins = [bin_of(n, m) for n, m in zip(size[-2:], oshape[-2:])]
     axes = [(lambda o, k, st=st: st(o) + k, lambda o, k, st=st, en=en: _icmp(st(o) + k - en(o), "lt", 0))
             for st, en, _ in bins]
+    _reread(x, math.prod(oshape[-2:]) * math.prod(w for _, _, w in bins) / max(1, math.prod(size[-2:])))
     window, _ = _window_map(x, lead, axes, 0.0, dt)
     sl = _window_sum(window, lead, oshape, [w for _, _, w in bins], dt, x.device)
     nl = len(lead)
@@ -1953,6 +1966,8 @@ def _upsample_nearest(x, output_size, *scales):
            for k in range(nd)]
     last = src[-1].atoms(sympy.floor)
     period = max((_fraction_den(a.args[0]) for a in last), default=1) if src[-1] is not None else 0
+    if src[-1] is not None and not 16 % period:
+        _reread(x, math.prod(out.shape) / max(1, math.prod(size)))
     if any(e is None for e in src) or 16 % period:
         # eager's float32 rows are no floor(o*p/q), or the last dim's pattern repeats only every
         # q/gcd(p, q) > 16 columns: lane-wise gathers ran 1.5x slower than ATen's loop

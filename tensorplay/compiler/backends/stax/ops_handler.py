@@ -90,6 +90,7 @@ class CountingHandler:
 
     def __init__(self):
         self.loads = set()
+        self.n_loads = 0
         self.transcendental = 0
         self.ops = 0
 
@@ -103,6 +104,7 @@ class CountingHandler:
                 self.transcendental += 1
             if name == "load":
                 self.loads.add(args[0])
+                self.n_loads += 1
             if name == "masked":
                 return args[1]()
             return 0

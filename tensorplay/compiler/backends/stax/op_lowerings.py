@@ -1752,7 +1752,8 @@ def _window_map(x, lead, sizes, fill, dt):
         cond = None
         for k, (pos, extra), n in zip((0, 1), sizes, (h_in, w_in)):
             e = pos(i[nl + k], i[nl + 2 + k])
-            cond = _and(_and(_and(cond, _icmp(e, "ge", 0)), _icmp(e, "lt", n)), extra and extra(i[nl + k], i[nl + 2 + k]))
+            cond = _and(_and(cond, _icmp(e, "ge", 0)), _icmp(e, "lt", n))
+            cond = _and(cond, extra and extra(i[nl + k], i[nl + 2 + k]))
         return cond
 
     def window(i):
@@ -1761,7 +1762,8 @@ def _window_map(x, lead, sizes, fill, dt):
     return window, valid
 
 
-#: windows of at most this many elements are unrolled into one pointwise kernel (max pooling)
+#: pooling windows of at most this many elements are unrolled into one pointwise kernel (max and
+#: average pooling; TorchInductor uses the same limit)
 POOL_UNROLL_MAX = 25
 
 

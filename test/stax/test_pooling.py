@@ -238,6 +238,12 @@ def test_bounds_floor_terms_of_a_mask():
         check_access("x", h, ranges, 8, cond=sympy.And(h >= 0, h < 9))    # 8 is past the end
     with pytest.raises(Unsupported, match="cannot prove"):
         check_access("x", h + o, ranges, 9, cond=sympy.And(h >= 0, h < 9))  # not the masked term alone
+    # a term's interval is taken over the ranges the mask leaves (a strided slice's gradient:
+    # floor((i + 1)/3) - 1 is read only where i >= 2)
+    i = sympy.Symbol("i", integer=True)
+    check_access("g", sympy.floor((i + 1) / 3) - 1, {i: (0, 8)}, 3, cond=sympy.And(i - 2 >= 0, i - 2 < 9))
+    with pytest.raises(Unsupported, match="cannot prove"):
+        check_access("g", sympy.floor((i + 1) / 3) - 1, {i: (0, 8)}, 3)
 
 
 @pytest.mark.slow

@@ -924,3 +924,23 @@ def test_norm_matrix():
     ps = ["fro", 1, 2, float("inf"), -float("inf"), 0, 3, 0.5]
     run_native(lambda a: tuple(r for p in ps for r in (tp.norm(a, p), tp.norm(a, p, -1), tp.norm(a, p, 0, keepdim=True),
                                                        tp.norm(a, p, (0, 1)))), x, n_red=333)
+
+
+@pytest.mark.parametrize("size,idx", [((5, 7), (slice(1, 4), slice(None, None, 2))), ((5, 7), (2,)),
+                                      ((5, 7), (Ellipsis, 3)), ((4, 6, 8), (None, slice(None), 1, slice(2, 8, 3))),
+                                      ((6, 9), (slice(-4, None), slice(1, -1, 4))), ((4, 4), (-1, slice(None, None, 3)))])
+def test_getitem_backward_is_a_masked_index_map(size, idx):
+    """The gradient of basic indexing (ints, slices with steps, None, Ellipsis): zeros with the
+    gradient on the view's lattice, one Stax kernel; training through slicing is native."""
+    from tensorplay.ops.registry import OPS
+    x = torch.randn(*size, requires_grad=True, generator=torch.Generator().manual_seed(0))
+    y = x[idx]
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    want, = torch.autograd.grad(y, x, g)
+    cf = tp.compile(lambda gg: OPS["_getitem_backward"].fn(gg, list(size), idx) * 2, strict_native=True)
+    assert torch.equal(_t(cf(tp.from_torch(g))), want * 2)
+    w = tp.from_torch(x.detach().double().clone()).requires_grad_()
+    loss = tp.compile(lambda w: (w[idx] * 3).sum() + (w ** 2).sum(), strict_native=True)(w)
+    loss.backward()
+    xd = x.detach().double().requires_grad_()
+    assert_close(w.grad, torch.autograd.grad((xd[idx] * 3).sum() + (xd ** 2).sum(), xd)[0])

@@ -208,6 +208,7 @@ def check_access(name, expr, ranges, extent, cond=None):
     then bounds the access ``floor(9*o/7) + 2`` (an adaptive pooling bin; sound as well -- the
     term's values lie in its interval, and dropping their link to o only widens)."""
     if cond is not None and cond is not sympy.true and cond is not sympy.false:
+        ranges = refine(ranges, cond)       # the terms' intervals over the loop ranges the mask leaves
         terms = sorted({a for a in expr.atoms(sympy.floor, sympy.Mod) | cond.atoms(sympy.floor, sympy.Mod)
                         if a.free_symbols and a.free_symbols <= set(ranges)}, key=str)
         sub, ranges = {}, dict(ranges)

@@ -621,7 +621,9 @@ def _expand_reindex(in_size, out_size, *rest):
                         for j in range(k)]
 
 
-def _getitem_reindex(in_size, out_size, indices):
+def _getitem_plan(in_size, indices):
+    """Basic indexing (ints, slices, None, Ellipsis) per input dim: ("int", k) or ("slice", start,
+    step, out_pos), the dims of the result that None adds taking no input dim."""
     if not isinstance(indices, tuple):
         indices = (indices,)
     n_real = sum(1 for i in indices if i is not None and i is not Ellipsis)
@@ -645,6 +647,11 @@ def _getitem_reindex(in_size, out_size, indices):
             plan.append(("slice", start, step, out_pos))
             out_pos += 1
         d += 1
+    return plan
+
+
+def _getitem_reindex(in_size, out_size, indices):
+    plan = _getitem_plan(in_size, indices)
 
     def f(idx):
         old = []
@@ -676,6 +683,37 @@ register_lowering("unsqueeze")(_view_rule(_unsqueeze_reindex))
 register_lowering("squeeze")(_view_rule(_squeeze_reindex))
 register_lowering("expand", "broadcast_to")(_view_rule(_expand_reindex))
 register_lowering("getitem")(_view_rule(_getitem_reindex))
+
+@register_lowering("_getitem_backward")
+def _getitem_backward(grad, size, indices):
+    """The gradient of a basic-indexing view: zeros of the input's ``size`` with ``grad`` at the
+    positions the view selected -- an index map with a mask, like pad: position i is on the view's
+    lattice when i == k for an int and ``start <= i``, ``(i - start) % step == 0``,
+    ``(i - start) / step < len`` for a slice; there it reads ``grad[(i - start) / step, ...]``."""
+    if any(not (it is None or it is Ellipsis or isinstance(it, (int, slice)))
+           for it in (indices if isinstance(indices, tuple) else (indices,))):
+        raise Unsupported("_getitem_backward of advanced indexing")
+    out, gsize, gl = _out_val(), grad.get_size(), grad.make_loader()
+    plan = _getitem_plan(list(size), indices)
+
+    def f(i):
+        gidx = [sympy.Integer(0)] * len(gsize)
+        cond = None
+        for d, p in enumerate(plan):
+            if p[0] == "int":
+                cond = _and(cond, _icmp(i[d], "eq", p[1]))
+                continue
+            _, start, step, pos = p
+            rel = i[d] - start
+            cond = _and(_and(cond, _icmp(rel, "ge", 0)), _icmp(rel, "lt", step * gsize[pos]))
+            if step != 1:   # Mod and floor of i + lift - start >= 0 (lift: a multiple of step >= start)
+                lift = step * (-(-start // step))
+                cond = _and(cond, _icmp(sympy.Mod(i[d] + lift - start, step), "eq", 0))
+                rel = sympy.floor((i[d] + lift - start) / step) - lift // step
+            gidx[pos] = rel
+        return ops.masked(cond, lambda: _conv(gl(gidx), grad.dtype, out.dtype), 0) if cond is not None \
+            else _conv(gl(gidx), grad.dtype, out.dtype)
+    return _box(out, f, grad.device)
 register_lowering("select")(_view_rule(_select_reindex))
 register_lowering("narrow")(_view_rule(_narrow_reindex))
 for _name in ("view", "reshape", "flatten", "unflatten", "diagonal", "as_strided", "movedim", "split", "chunk",
@@ -691,7 +729,9 @@ def _as(x, other):
 # ---- shape ops and indexing: masked loads, floor/Mod index maps, checked indirect loads ---------------
 # pad (all modes), cat, stack, roll and the regions of reflect/replicate/circular padding read their
 # input under ops.masked (a lane outside the mask never touches memory; bounds.py proves each load
-# in range where its mask holds).  repeat/tile (and roll with dims=None) are Mod/floor index maps.
+# in range where its mask holds), and so does _getitem_backward (the gradient of basic indexing:
+# zeros with the gradient on the view's lattice).  repeat/tile (and roll with dims=None) are
+# Mod/floor index maps.
 # index_select, gather, take_along_dim, embedding, index (integer tensors) and index_fill load their
 # indices and check them in the kernel (ops.indirect_indexing): a bad index raises IndexError after
 # the kernel, naming the op, the value and the size.  scatter, scatter_add, index_add, index_put

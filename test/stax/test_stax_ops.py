@@ -944,3 +944,28 @@ def test_getitem_backward_is_a_masked_index_map(size, idx):
     loss.backward()
     xd = x.detach().double().requires_grad_()
     assert_close(w.grad, torch.autograd.grad((xd[idx] * 3).sum() + (xd ** 2).sum(), xd)[0])
+
+
+@pytest.mark.parametrize("size,off,d1,d2", [((5, 7), 0, 0, 1), ((5, 7), 2, 0, 1), ((5, 7), -3, 0, 1),
+                                            ((3, 4, 5), 1, 2, 0), ((3, 4, 5), -1, -1, 1), ((4, 4), 5, 0, 1)])
+def test_diagonal_backward_is_a_masked_index_map(size, off, d1, d2):
+    from tensorplay.ops.registry import OPS
+    x = torch.randn(*size, requires_grad=True, generator=torch.Generator().manual_seed(0))
+    y = x.diagonal(off, d1, d2)
+    g = torch.randn(y.shape, generator=torch.Generator().manual_seed(1))
+    want, = torch.autograd.grad(y, x, g)
+    cf = tp.compile(lambda gg: OPS["_diagonal_backward"].fn(gg, list(size), off, d1, d2) + 1, strict_native=True)
+    assert torch.equal(_t(cf(tp.from_torch(g))), want + 1)
+
+
+def test_training_through_advanced_indexing_and_diagonal_is_native():
+    """The backward of x[idx] is a scatter-add (an extern kernel, like index_put), of diagonal a
+    masked index map: the training region compiles under strict_native."""
+    w0 = torch.randn(6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
+    idx = torch.tensor([0, 2, 2, 5])
+    w = tp.from_torch(w0.clone()).requires_grad_()
+    loss = tp.compile(lambda w, i: (w[i] * 2).sum() + w.diagonal(1).sum() * 3, strict_native=True)(w, tp.from_torch(idx))
+    loss.backward()
+    wt = w0.clone().requires_grad_()
+    ((wt[idx] * 2).sum() + wt.diagonal(1).sum() * 3).backward()
+    assert_close(w.grad, wt.grad)

@@ -684,6 +684,27 @@ register_lowering("squeeze")(_view_rule(_squeeze_reindex))
 register_lowering("expand", "broadcast_to")(_view_rule(_expand_reindex))
 register_lowering("getitem")(_view_rule(_getitem_reindex))
 
+@register_lowering("_diagonal_backward")
+def _diagonal_backward(grad, size, offset, dim1, dim2):
+    """The gradient of ``diagonal``: zeros of ``size`` with ``grad`` where ``i[dim2] - i[dim1] ==
+    offset`` (a masked index map), reading the diagonal's element ``i[dim1]`` (``i[dim2]`` for a
+    negative offset)."""
+    out, gl, n = _out_val(), grad.make_loader(), len(size)
+    d1, d2 = dim1 % n, dim2 % n
+    if d1 == d2:
+        raise Unsupported("_diagonal_backward with dim1 == dim2 (eager raises)")
+
+    length = grad.get_size()[-1]
+
+    def f(i):
+        rest = [i[k] for k in range(n) if k not in (d1, d2)]
+        k = i[d1] if offset >= 0 else i[d2]
+        # k < length follows from the diagonal's equation; said as a conjunct, bounds.py can use it
+        cond = _and(_icmp(i[d2] - i[d1], "eq", offset), _icmp(k, "lt", length))
+        return ops.masked(cond, lambda: _conv(gl(rest + [k]), grad.dtype, out.dtype), 0)
+    return _box(out, f, grad.device)
+
+
 @register_lowering("_getitem_backward")
 def _getitem_backward(grad, size, indices):
     """The gradient of a basic-indexing view: zeros of the input's ``size`` with ``grad`` at the
@@ -2338,5 +2359,6 @@ for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d", 
               # library kernels with no loop-level form here: fused attention, and the scatter-adds
               # of embedding/index backward (their consumers still fuse into the next kernel)
               "scaled_dot_product_attention", "embedding_dense_backward", "index_add", "index_put",
-              "scatter_add", "max_pool2d_with_indices_backward", "adaptive_max_pool2d_backward"):
+              "scatter_add", "max_pool2d_with_indices_backward", "adaptive_max_pool2d_backward", "_index_backward",
+              "_masked_select_backward", "_storage_remap"):
     register_lowering(_name)(_extern)

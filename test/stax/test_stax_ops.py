@@ -958,14 +958,18 @@ def test_diagonal_backward_is_a_masked_index_map(size, off, d1, d2):
     assert torch.equal(_t(cf(tp.from_torch(g))), want + 1)
 
 
-def test_training_through_advanced_indexing_and_diagonal_is_native():
-    """The backward of x[idx] is a scatter-add (an extern kernel, like index_put), of diagonal a
-    masked index map: the training region compiles under strict_native."""
+def test_training_through_advanced_indexing_diagonal_and_as_strided_is_native():
+    """The backward of x[idx] and of as_strided are scatter-adds (extern kernels, like index_put),
+    of diagonal a masked index map: the training region compiles under strict_native.  (AOT used
+    to fail on as_strided: its formula reads the saved input's layout through the ctx.)"""
     w0 = torch.randn(6, 5, dtype=torch.float64, generator=torch.Generator().manual_seed(2))
     idx = torch.tensor([0, 2, 2, 5])
     w = tp.from_torch(w0.clone()).requires_grad_()
-    loss = tp.compile(lambda w, i: (w[i] * 2).sum() + w.diagonal(1).sum() * 3, strict_native=True)(w, tp.from_torch(idx))
+
+    def f(w, i, L):
+        return (w[i] * 2).sum() + w.diagonal(1).sum() * 3 + (w.as_strided((3, 2), (5, 2), 1) ** 2).sum()
+    loss = tp.compile(lambda w, i: f(w, i, tp), strict_native=True)(w, tp.from_torch(idx))
     loss.backward()
     wt = w0.clone().requires_grad_()
-    ((wt[idx] * 2).sum() + wt.diagonal(1).sum() * 3).backward()
+    f(wt, idx, torch).backward()
     assert_close(w.grad, wt.grad)

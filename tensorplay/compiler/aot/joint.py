@@ -106,7 +106,10 @@ def requires_grad_map(gm, primal_rg) -> dict:
 
 class _JointCtx:
     """What a derivative formula sees while it is traced: ``ctx.<arg>`` (proxies or Python values),
-    ``ctx.result`` and ``ctx.needs_input_grad`` — the interface of the engine's SavedCtx."""
+    ``ctx.result`` and ``ctx.needs_input_grad`` — the interface of the engine's SavedCtx (also its
+    ``_released`` flag and ``_values``, which formulas that read a saved input's layout use)."""
+
+    _released = False   # a traced formula runs once: never the engine's "backward twice" case
 
     def __init__(self, op, values, result, needs):
         self._op, self._values, self._result = op, values, result

@@ -37,6 +37,7 @@ import math
 import sympy
 import torch
 
+from .bounds import _fraction
 from .ir import Pointwise, Reduction, TensorBox, Unsupported, ReinterpretView, Buffer
 from .lowering import view_of_buffer
 from .ops_handler import ops
@@ -1981,11 +1982,6 @@ def _adaptive_avg_pool2d(x, output_size):
     return TensorBox(Pointwise(dt, x.device, oshape, f))
 
 
-def _fraction_den(e):
-    """The denominator of ``e`` (a floor argument p*o/q in lowest terms)."""
-    return int(sympy.fraction(sympy.together(e))[1])
-
-
 def _nearest_source(o_sym, n_in, n_out, scale):
     """The source index of nearest upsampling along one dim as an index expression of the output
     index, or None.  Eager computes ``min(floor(float32(o) * s), n_in - 1)`` with the float32 scale
@@ -2027,15 +2023,13 @@ def _upsample_nearest(x, output_size, *scales):
     syms = [sympy.Symbol(f"_o{k}", integer=True, nonnegative=True) for k in range(nd)]
     src = [_nearest_source(syms[k], size[lead + k], out.shape[lead + k], scales[k] if k < len(scales) else None)
            for k in range(nd)]
-    last = src[-1].atoms(sympy.floor)
-    period = max((_fraction_den(a.args[0]) for a in last), default=1) if src[-1] is not None else 0
-    if src[-1] is not None and not 16 % period:
-        _reread(x, math.prod(out.shape) / max(1, math.prod(size)))
-    if any(e is None for e in src) or 16 % period:
-        # eager's float32 rows are no floor(o*p/q), or the last dim's pattern repeats only every
-        # q/gcd(p, q) > 16 columns: lane-wise gathers ran 1.5x slower than ATen's loop
-        # (56 -> 75: 4.2 vs 2.8 ms), so ATen's kernel (exactly eager's rows) runs it
+    if any(e is None for e in src):
+        return _extern()        # eager's float32 rows are no floor(o*p/q): ATen's kernel reads them
+    if 16 % max((_fraction(a.args[0])[1] for a in src[-1].atoms(sympy.floor)), default=1):
+        # the last dim's pattern repeats only every q/gcd(p, q) > 16 columns: lane-wise gathers ran
+        # 1.5x slower than ATen's loop (56 -> 75: 4.2 vs 2.8 ms), so ATen's kernel runs it
         return _extern()
+    _reread(x, math.prod(out.shape) / max(1, math.prod(size)))
     xl = x.make_loader()
 
     def f(i):

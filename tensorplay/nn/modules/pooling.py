@@ -131,8 +131,9 @@ class Upsample(Module):
         super().__init__()
         if isinstance(scale_factor, (tuple, list)):
             scale_factor = tuple(float(f) for f in scale_factor)
-        self.size, self.scale_factor, self.mode = size, float(scale_factor) if isinstance(scale_factor, (int, float)) \
-            else scale_factor, mode
+        elif scale_factor is not None:
+            scale_factor = float(scale_factor)
+        self.size, self.scale_factor, self.mode = size, scale_factor, mode
         self.align_corners, self.recompute_scale_factor = align_corners, recompute_scale_factor
 
     def forward(self, input):

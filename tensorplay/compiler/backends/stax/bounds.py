@@ -204,9 +204,11 @@ def check_access(name, expr, ranges, extent, cond=None):
     ``expr = c*E + rest`` is bounded as ``c*t + rest`` with ``t`` in the interval the mask leaves E
     (sound: the identity holds at every point, and the other variables keep their ranges).
     Each ``floor``/``Mod`` term of the loop variables is first read as a variable of its own over
-    its interval, the same one in ``expr`` and in ``cond``: a conjunct ``floor(9*o/7) + 2 < 9``
-    then bounds the access ``floor(9*o/7) + 2`` (an adaptive pooling bin; sound as well -- the
-    term's values lie in its interval, and dropping their link to o only widens)."""
+    its interval (over the ranges the mask's single-variable conjuncts leave), the same one in
+    ``expr`` and in ``cond``: a conjunct ``floor(9*o/7) + 2 < 9`` then bounds the access
+    ``floor(9*o/7) + 2``, and ``i >= 2`` bounds ``floor((i + 1)/3) - 1`` (a strided slice's
+    gradient, ``_getitem_backward``; sound as well -- the term's values lie in its interval, and
+    dropping their link to the loop variables only widens)."""
     if cond is not None and cond is not sympy.true and cond is not sympy.false:
         ranges = refine(ranges, cond)       # the terms' intervals over the loop ranges the mask leaves
         terms = sorted({a for a in expr.atoms(sympy.floor, sympy.Mod) | cond.atoms(sympy.floor, sympy.Mod)

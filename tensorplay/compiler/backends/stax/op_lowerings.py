@@ -684,58 +684,6 @@ register_lowering("unsqueeze")(_view_rule(_unsqueeze_reindex))
 register_lowering("squeeze")(_view_rule(_squeeze_reindex))
 register_lowering("expand", "broadcast_to")(_view_rule(_expand_reindex))
 register_lowering("getitem")(_view_rule(_getitem_reindex))
-
-@register_lowering("_diagonal_backward")
-def _diagonal_backward(grad, size, offset, dim1, dim2):
-    """The gradient of ``diagonal``: zeros of ``size`` with ``grad`` where ``i[dim2] - i[dim1] ==
-    offset`` (a masked index map), reading the diagonal's element ``i[dim1]`` (``i[dim2]`` for a
-    negative offset)."""
-    out, gl, n = _out_val(), grad.make_loader(), len(size)
-    d1, d2 = dim1 % n, dim2 % n
-    if d1 == d2:
-        raise Unsupported("_diagonal_backward with dim1 == dim2 (eager raises)")
-
-    length = grad.get_size()[-1]
-
-    def f(i):
-        rest = [i[k] for k in range(n) if k not in (d1, d2)]
-        k = i[d1] if offset >= 0 else i[d2]
-        # k < length follows from the diagonal's equation; said as a conjunct, bounds.py can use it
-        cond = _and(_icmp(i[d2] - i[d1], "eq", offset), _icmp(k, "lt", length))
-        return ops.masked(cond, lambda: _conv(gl(rest + [k]), grad.dtype, out.dtype), 0)
-    return _box(out, f, grad.device)
-
-
-@register_lowering("_getitem_backward")
-def _getitem_backward(grad, size, indices):
-    """The gradient of a basic-indexing view: zeros of the input's ``size`` with ``grad`` at the
-    positions the view selected -- an index map with a mask, like pad: position i is on the view's
-    lattice when i == k for an int and ``start <= i``, ``(i - start) % step == 0``,
-    ``(i - start) / step < len`` for a slice; there it reads ``grad[(i - start) / step, ...]``."""
-    if any(not (it is None or it is Ellipsis or isinstance(it, (int, slice)))
-           for it in (indices if isinstance(indices, tuple) else (indices,))):
-        raise Unsupported("_getitem_backward of advanced indexing")
-    out, gsize, gl = _out_val(), grad.get_size(), grad.make_loader()
-    plan = _getitem_plan(list(size), indices)
-
-    def f(i):
-        gidx = [sympy.Integer(0)] * len(gsize)
-        cond = None
-        for d, p in enumerate(plan):
-            if p[0] == "int":
-                cond = _and(cond, _icmp(i[d], "eq", p[1]))
-                continue
-            _, start, step, pos = p
-            rel = i[d] - start
-            cond = _and(_and(cond, _icmp(rel, "ge", 0)), _icmp(rel, "lt", step * gsize[pos]))
-            if step != 1:   # Mod and floor of i + lift - start >= 0 (lift: a multiple of step >= start)
-                lift = step * (-(-start // step))
-                cond = _and(cond, _icmp(sympy.Mod(i[d] + lift - start, step), "eq", 0))
-                rel = sympy.floor((i[d] + lift - start) / step) - lift // step
-            gidx[pos] = rel
-        return ops.masked(cond, lambda: _conv(gl(gidx), grad.dtype, out.dtype), 0) if cond is not None \
-            else _conv(gl(gidx), grad.dtype, out.dtype)
-    return _box(out, f, grad.device)
 register_lowering("select")(_view_rule(_select_reindex))
 register_lowering("narrow")(_view_rule(_narrow_reindex))
 for _name in ("view", "reshape", "flatten", "unflatten", "diagonal", "as_strided", "movedim", "split", "chunk",
@@ -798,6 +746,57 @@ def _pieces(i, parts, total):
 
 def _box(out, fn, device):
     return TensorBox(Pointwise(out.dtype, device, tuple(out.shape), fn))
+
+
+@register_lowering("_diagonal_backward")
+def _diagonal_backward(grad, size, offset, dim1, dim2):
+    """The gradient of ``diagonal``: zeros of ``size`` with ``grad`` where ``i[dim2] - i[dim1] ==
+    offset`` (a masked index map), reading the diagonal's element ``i[dim1]`` (``i[dim2]`` for a
+    negative offset)."""
+    out, gl, n = _out_val(), grad.make_loader(), len(size)
+    d1, d2 = dim1 % n, dim2 % n
+    if d1 == d2:
+        raise Unsupported("_diagonal_backward with dim1 == dim2 (eager raises)")
+    length = grad.get_size()[-1]
+
+    def f(i):
+        rest = [i[k] for k in range(n) if k not in (d1, d2)]
+        k = i[d1] if offset >= 0 else i[d2]
+        # k < length follows from the diagonal's equation; said as a conjunct, bounds.py can use it
+        cond = _and(_icmp(i[d2] - i[d1], "eq", offset), _icmp(k, "lt", length))
+        return ops.masked(cond, lambda: _conv(gl(rest + [k]), grad.dtype, out.dtype), 0)
+    return _box(out, f, grad.device)
+
+
+@register_lowering("_getitem_backward")
+def _getitem_backward(grad, size, indices):
+    """The gradient of a basic-indexing view: zeros of the input's ``size`` with ``grad`` at the
+    positions the view selected -- an index map with a mask, like pad: position i is on the view's
+    lattice when i == k for an int and ``start <= i``, ``(i - start) % step == 0``,
+    ``(i - start) / step < len`` for a slice; there it reads ``grad[(i - start) / step, ...]``."""
+    if any(not (it is None or it is Ellipsis or isinstance(it, (int, slice)))
+           for it in (indices if isinstance(indices, tuple) else (indices,))):
+        raise Unsupported("_getitem_backward of advanced indexing")
+    out, gsize, gl = _out_val(), grad.get_size(), grad.make_loader()
+    plan = _getitem_plan(list(size), indices)
+
+    def f(i):
+        gidx = [sympy.Integer(0)] * len(gsize)
+        cond = None
+        for d, p in enumerate(plan):
+            if p[0] == "int":
+                cond = _and(cond, _icmp(i[d], "eq", p[1]))
+                continue
+            _, start, step, pos = p
+            rel = i[d] - start
+            cond = _and(_and(cond, _icmp(rel, "ge", 0)), _icmp(rel, "lt", step * gsize[pos]))
+            if step != 1:   # Mod and floor of i + lift - start >= 0 (lift: a multiple of step >= start)
+                lift = step * (-(-start // step))
+                cond = _and(cond, _icmp(sympy.Mod(i[d] + lift - start, step), "eq", 0))
+                rel = sympy.floor((i[d] + lift - start) / step) - lift // step
+            gidx[pos] = rel
+        return _region(cond, lambda: _conv(gl(gidx), grad.dtype, out.dtype))
+    return _box(out, f, grad.device)
 
 
 @register_lowering("pad")
@@ -1714,7 +1713,7 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
         raise Unsupported("avg_pool2d input rank / zero divisor (eager raises)")
     lead, (h_in, w_in), (oh_n, ow_n) = list(size[:-2]), size[-2:], tuple(out.shape[-2:])
     nl, dt = len(lead), out.dtype
-    axes = ((lambda o, k: o * sh - ph + k, None), (lambda o, k: o * sw - pw + k, None))
+    axes = (lambda o, k: o * sh - ph + k, lambda o, k: o * sw - pw + k)
     _reread(x, oh_n * ow_n * kh * kw / max(1, h_in * w_in))
     window, _ = _window_map(x, lead, axes, 0.0, dt)
     sl = _window_sum(window, lead, (oh_n, ow_n), (kh, kw), dt, x.device)
@@ -1803,24 +1802,24 @@ def _reread(x, factor):
     return x
 
 
-def _window_map(x, lead, sizes, fill, dt):
+def _window_map(x, lead, axes, fill, dt):
     """The index map (*lead, OH, OW, KH, KW) -> x[*lead, h(oh, kh), w(ow, kw)] of a pooling window,
-    read as ``dt``: ``sizes`` gives, per spatial dim, ``(position(o, k), extra mask or None)``; a
-    position outside x, or where the extra mask fails, reads nothing (a masked load) and gives
-    ``fill``.  Returns (the window's compute function, the validity mask of a window index)."""
+    read as ``dt``: ``axes`` gives, per spatial dim, the input position ``position(o, k)``; a
+    position outside x reads nothing (a masked load) and gives ``fill``.  Returns (the window's
+    compute function, the validity mask of a window index)."""
     nl, xl, (h_in, w_in) = len(lead), x.make_loader(), x.get_size()[-2:]
+
+    def hw(i):
+        return [pos(i[nl + k], i[nl + 2 + k]) for k, pos in enumerate(axes)]
 
     def valid(i):
         cond = None
-        for k, (pos, extra), n in zip((0, 1), sizes, (h_in, w_in)):
-            e = pos(i[nl + k], i[nl + 2 + k])
+        for e, n in zip(hw(i), (h_in, w_in)):
             cond = _and(_and(cond, _icmp(e, "ge", 0)), _icmp(e, "lt", n))
-            cond = _and(cond, extra and extra(i[nl + k], i[nl + 2 + k]))
         return cond
 
     def window(i):
-        hw = [pos(i[nl + k], i[nl + 2 + k]) for k, (pos, _) in enumerate(sizes)]
-        return ops.masked(valid(i), lambda: _conv(xl(list(i[:nl]) + hw), x.dtype, dt), fill)
+        return ops.masked(valid(i), lambda: _conv(xl(list(i[:nl]) + hw(i)), x.dtype, dt), fill)
     return window, valid
 
 
@@ -1861,12 +1860,12 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
         raise Unsupported("max_pool2d input rank / empty output (eager's checks)")
     lead, w_in, oshape = list(size[:-2]), size[-1], list(out.shape)
     nl, dt = len(lead), out.dtype
-    axes = ((lambda o, k: o * sh - ph + k * dh, None), (lambda o, k: o * sw - pw + k * dw, None))
+    axes = (lambda o, k: o * sh - ph + k * dh, lambda o, k: o * sw - pw + k * dw)
     _reread(x, math.prod(oshape[-2:]) * kh * kw / max(1, size[-2] * w_in))
     window, valid = _window_map(x, lead, axes, float("-inf"), dt)
 
     def flat(i):
-        return _ix(axes[0][0](i[nl], i[nl + 2]) * w_in + axes[1][0](i[nl + 1], i[nl + 3]))
+        return _ix(axes[0](i[nl], i[nl + 2]) * w_in + axes[1](i[nl + 1], i[nl + 3]))
     if kh * kw <= POOL_UNROLL_MAX:
         def scan(i, with_index):
             # a position outside x reads -inf: never taken, so the scan needs no validity mask
@@ -1945,10 +1944,11 @@ def _window_sum(window, lead, oshape, k, dt, device):
 @register_lowering("adaptive_avg_pool2d")
 def _adaptive_avg_pool2d(x, output_size):
     """Output position o of a dim of n inputs averages bin [floor(o*n/m), ceil((o+1)*n/m)) (m the
-    output size), as eager: a window map over the widest bin that masks positions past the bin's
-    end; the sum is divided by the bin's height, then by its width (eager's order of rounding).
-    Global average pooling is the case m = 1.  Bins of unequal extent (m does not divide n) are an
-    extern kernel (ATen): measured faster than the masked window loop."""
+    output size).  Bins of equal extent k = n/m (m divides n; global average pooling is m = 1) are a
+    window sum with kernel = stride = k, divided by the bin's height, then by its width (eager's
+    order of rounding).  Bins of unequal extent are an extern kernel (ATen): their starts
+    floor(o*n/m) need lane-wise gathers and masks, which ran 2-4x slower than ATen's loop
+    (14x14 -> 5x5: 8.0 vs 1.9 ms; 100x100 -> 30x30: 10.6 vs 5.0 ms)."""
     out = _out_val()
     if out.dtype not in (torch.float32, torch.float64):
         raise Unsupported("adaptive_avg_pool2d dtype")
@@ -1957,27 +1957,17 @@ def _adaptive_avg_pool2d(x, output_size):
         raise Unsupported("adaptive_avg_pool2d input rank / empty output (eager's checks)")
     lead, oshape, dt = list(size[:-2]), list(out.shape), out.dtype
     if any(n % m for n, m in zip(size[-2:], oshape[-2:])):
-        # bins of unequal extent start at floor(o*n/m): lane-wise gathers and masks ran 2-4x slower
-        # than ATen's loop (14x14 -> 5x5: 8.0 vs 1.9 ms; 100x100 -> 30x30: 10.6 vs 5.0 ms)
         return _extern()
-
-    def bin_of(n, m):
-        start = (lambda o: sympy.floor(o * n / m))
-        end = (lambda o: sympy.floor(((o + 1) * n + m - 1) / m))
-        widest = max((-(-(o + 1) * n // m)) - (o * n // m) for o in range(m))
-        return start, end, widest
-    bins = [bin_of(n, m) for n, m in zip(size[-2:], oshape[-2:])]
-    axes = [(lambda o, k, st=st: st(o) + k, lambda o, k, st=st, en=en: _icmp(st(o) + k - en(o), "lt", 0))
-            for st, en, _ in bins]
-    _reread(x, math.prod(oshape[-2:]) * math.prod(w for _, _, w in bins) / max(1, math.prod(size[-2:])))
+    k = [n // m for n, m in zip(size[-2:], oshape[-2:])]
+    axes = [lambda o, j, kd=kd: o * kd + j for kd in k]
+    _reread(x, math.prod(oshape[-2:]) * math.prod(k) / max(1, math.prod(size[-2:])))
     window, _ = _window_map(x, lead, axes, 0.0, dt)
-    sl = _window_sum(window, lead, oshape, [w for _, _, w in bins], dt, x.device)
-    nl = len(lead)
+    sl = _window_sum(window, lead, oshape, k, dt, x.device)
 
     def f(i):
         r = sl(i)
-        for k, (st, en, _) in enumerate(bins):
-            r = ops.truediv(r, ops.to_dtype(_ix(en(i[nl + k]) - st(i[nl + k])), dt))
+        for kd in k:
+            r = ops.truediv(r, ops.constant(float(kd), dt))
         return r
     return TensorBox(Pointwise(dt, x.device, oshape, f))
 
@@ -2040,10 +2030,12 @@ def _upsample_nearest(x, output_size, *scales):
 
 @register_lowering("upsample_nearest1d_backward", "upsample_nearest2d_backward")
 def _upsample_nearest_backward(g, output_size, input_size, *scales):
-    """grad_input[h] = the sum of grad_output[o] over the outputs o that read row h: with eager's
-    rows floor(o*p/q) (``_nearest_source``) they are o in [ceil(h*q/p), ceil((h+1)*q/p)), at most
-    ceil(q/p) of them (``_scatter_as_gather``); sizes whose rows are no floor(o*p/q) are an extern
-    kernel (ATen), as in the forward."""
+    """grad_input[h] = the sum of grad_output[o] over the outputs o that read row h.  For an
+    integer factor q (eager's rows floor(o/q), ``_nearest_source``) they are o = q*h + a, a < q:
+    plain loads (``_scatter_as_gather``).  Other factors start the outputs of a row at
+    floor((h*q + p - 1)/p), lane-wise gathers again (the forward's extern rule: 16x64x112x112 ->
+    56x56 ran 2.4 ms as a loop against 7.4 for ATen with q = 2), and sizes whose rows are no
+    floor(o*p/q) are an extern kernel (ATen) too."""
     out = _out_val()
     gsize = g.get_size()
     nd = len(output_size)
@@ -2056,18 +2048,12 @@ def _upsample_nearest_backward(g, output_size, input_size, *scales):
         src = _nearest_source(o_sym, isz[k], gsize[2 + k], scales[k] if k < len(scales) else None)
         if src is None:
             return _extern()
-        num, den = sympy.fraction(sympy.together(src.args[0] if isinstance(src, sympy.floor) else src))
-        p, q = int(num.coeff(o_sym)) if num != 0 else 0, int(den)
-        if p <= 0:
+        num, q = _fraction(src.args[0] if isinstance(src, sympy.floor) else src)
+        if num != o_sym:     # rows floor(o*p/q) with p != 1: not an integer factor
             return _extern()
         n_out = gsize[2 + k]
-        if p != 1:
-            # a non-integer factor: the outputs over an input row start at floor((h*q + p - 1)/p),
-            # lane-wise gathers again (the forward's extern rule); an integer factor q reads rows
-            # q*h + a, plain loads (16x64x112x112 -> 56x56: 2.4 vs 7.4 ms for ATen's loop)
-            return _extern()
-        dims.append((-(-q // p), lambda h, a, p=p, q=q: sympy.floor((h * q + p - 1) / p) + a,
-                     lambda h, o, p=p, q=q, n_out=n_out: _and(_icmp(o, "lt", n_out), _icmp(o * p - (h + 1) * q, "lt", 0))))
+        dims.append((q, lambda h, a, q=q: h * q + a,
+                     lambda h, o, q=q, n_out=n_out: _and(_icmp(o, "lt", n_out), _icmp(o - (h + 1) * q, "lt", 0))))
     gl = g.make_loader()
     return _scatter_as_gather(g, lead, isz, dims, lambda ld, *o: _conv(gl(ld + list(o)), g.dtype, out.dtype),
                               out.dtype)

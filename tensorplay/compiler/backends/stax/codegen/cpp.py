@@ -220,26 +220,18 @@ class CppHandler:
         if fast is None and pattern is None:
             off = self._lane_expr(expr)
             return self._emit(f"{fn}({ptr}, {off}, {self._active()}, {self._nl()})", dtype)
-        if fast is None:
-            off = self._lane_expr(expr, emit=False)
-            fast_expr = f"{fn}({ptr}, {off}, {self._active()}, {self._nl()})"
-        else:
-            fast_expr = None
-        # Mod/floor of the vector variable (repeat, tile): a vector inside one period is an affine
-        # load from the scalar index of its first lane; only one that wraps is gathered lane by lane
+        code = f"{fn}({ptr}, {self._lane_expr(expr, emit=False)}, {self._active()}, {self._nl()})"   # lane by lane
         if fast is not None:
+            # Mod/floor of the vector variable (repeat, tile): a vector inside one period is an affine
+            # load from the scalar index of its first lane; only one that wraps is gathered lane by lane
             test, base, coeff = fast
-            off = self._lane_expr(expr, emit=False)
-            direct = (f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, {self._mask}, {self._nl()})"
-                      if self._mask is not None else
-                      f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, tp::Vec<int32_t>(1), {self._nl()})")
-            fast_expr = (f"(({test}) ? {direct} : [&] {{ return {fn}({ptr}, {off}, {self._active()}, "
-                         f"{self._nl()}); }}())")
+            direct = f"tp_masked_load<{CTYPE[dtype]}>({ptr}, {base}, {coeff}, {self._active()}, {self._nl()})"
+            code = f"(({test}) ? {direct} : [&] {{ return {code}; }}())"
         if pattern is not None:
             test, base, lanes = pattern
-            fast_expr = (f"(({test}) ? tp_pattern_load<{CTYPE[dtype]}, {', '.join(map(str, lanes))}>({ptr} + {base}, "
-                         f"{self._nl()}) : {fast_expr})")
-        return self._emit(fast_expr, dtype)
+            code = (f"(({test}) ? tp_pattern_load<{CTYPE[dtype]}, {', '.join(map(str, lanes))}>({ptr} + {base}, "
+                    f"{self._nl()}) : {code})")
+        return self._emit(code, dtype)
 
     def _lane_pattern(self, expr):
         """For an index linear in Mod/floor atoms of the vector variable v (``floor((c*v + r)/q)``,
@@ -256,10 +248,13 @@ class CppHandler:
             return None
         syms, parts, period, tests = {}, [], 1, []
         for j, a in enumerate(atoms):
-            arg, q = (a.args[0], a.args[1]) if isinstance(a, sympy.Mod) else _fraction(a.args[0])
             if isinstance(a, sympy.Mod):
-                arg, q = sympy.expand(arg), q
-            if not getattr(q, "is_Integer", isinstance(q, int)) or int(q) <= 0 or arg.atoms(sympy.Mod, sympy.floor):
+                arg, q = sympy.expand(a.args[0]), a.args[1]
+                if not q.is_Integer:
+                    return None
+            else:
+                arg, q = _fraction(a.args[0])
+            if int(q) <= 0 or arg.atoms(sympy.Mod, sympy.floor):
                 return None
             q, c = int(q), sympy.diff(arg, v)
             if not c.is_Integer:
@@ -271,15 +266,11 @@ class CppHandler:
         lin = expr.xreplace(syms)
         coef = {s: sympy.diff(lin, s) for s in syms.values()}
         a_v = sympy.diff(lin, v)
-        if not (a_v.is_Integer and all(c.is_Integer for c in coef.values())) or period > 16 or 16 % period:
+        # integer coefficients also mean lin is linear in v and in every atom (no products)
+        if not (a_v.is_Integer and all(c.is_Integer for c in coef.values())) or 16 % period:
             return None
-        if any(sympy.diff(lin, s, 2) != 0 for s in syms.values()):
-            return None
-        lanes = []
-        for k in range(16):
-            off = int(a_v) * k + sum(int(coef[s]) * ((c * k) % q if is_mod else (c * k) // q)
-                                     for s, is_mod, c, q in parts)
-            lanes.append(off)
+        lanes = [int(a_v) * k + sum(int(coef[s]) * ((c * k) % q if is_mod else (c * k) // q)
+                                    for s, is_mod, c, q in parts) for k in range(16)]
         if min(lanes) < 0 or max(lanes) > 15 or lanes[0] != 0:
             return None
         return f"(VL % {period} == 0) && " + " && ".join(tests), cexpr(expr), lanes

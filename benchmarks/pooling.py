@@ -15,14 +15,12 @@ bitwise against eager first (these lowerings are exact).
 """
 from __future__ import annotations
 
-import argparse
-
 import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
 from tensorplay.ops.registry import OPS
-from tensorplay.utils.benchmark import compare, format_table, machine_description
+from tensorplay.utils.benchmark import comparison_args, print_tp_vs_torch, tp_vs_torch_row
 
 aten = torch.ops.aten
 
@@ -61,13 +59,7 @@ def _same(a, b):
 
 
 def main(argv=None):
-    p = argparse.ArgumentParser()
-    p.add_argument("--repeats", type=int, default=15)
-    p.add_argument("--quick", action="store_true", help="1/8 of the batch (smoke test)")
-    p.add_argument("--no-torch-compile", action="store_true")
-    a = p.parse_args(argv)
-    print(f"machine: {machine_description()}")
-    print(f"{a.repeats} interleaved readings after 3 warm-up calls; ms, median [95% CI]\n")
+    a = comparison_args(argv, "1/8 of the batch (smoke test)")
     rows = []
     g = torch.Generator().manual_seed(0)
     for name, (f_tp, f_torch, shape) in cases(8 if a.quick else 1).items():
@@ -76,26 +68,8 @@ def main(argv=None):
         cf = tp.compile(f_tp, strict_native=True)
         if not _same(cf(pt), f_torch(t)):
             raise AssertionError(f"{name}: the compiled result differs from eager")
-        variants = {"tp compiled": lambda: cf(pt), "torch eager": lambda: f_torch(t)}
-        if not a.no_torch_compile:
-            torch._dynamo.reset()
-            tc = torch.compile(f_torch)
-            tc(t)
-            variants["torch.compile"] = lambda: tc(t)
-        r = compare(variants, repeats=a.repeats, warmup=3)
-
-        def fmt(k):
-            s = r[k]
-            lo, hi, _ = s.ci
-            return f"{s.median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]"
-        t_c = r["tp compiled"].median
-        rows.append((name, fmt("tp compiled"), fmt("torch eager"),
-                     fmt("torch.compile") if "torch.compile" in r else "-",
-                     f"{r['torch eager'].median / t_c:.2f}",
-                     f"{r['torch.compile'].median / t_c:.2f}" if "torch.compile" in r else "-"))
-    print(format_table(rows, ["case", "tp compiled", "torch eager", "torch.compile", "vs torch eager",
-                              "vs torch.compile"]))
-    return rows
+        rows.append(tp_vs_torch_row(name, lambda: cf(pt), f_torch, t, opts=a))
+    return print_tp_vs_torch(rows, a)
 
 
 if __name__ == "__main__":

@@ -49,6 +49,11 @@ register(f"_randint(int low, int high, int[] size, {_KW}) -> Tensor",
          tags=R, method=False)
 register(f"_randperm(int n, {_KW}) -> Tensor",
          lambda n, dtype, device: torch.randperm(n, dtype=dtype or torch.int64, device=device), tags=R, method=False)
+# The seed of a compiled graph's random streams: Stax draws one per call of a graph with random
+# ops (its kernels compute Philox of (seed, op, element); docs/stax.md "Random numbers").  From the
+# global generator, so that ``manual_seed`` makes compiled random ops repeatable.
+register("_random_seed() -> Tensor", lambda: torch.randint(-2**63, 2**63 - 1, (), dtype=torch.int64),
+         tags=R, method=False, differentiable=False)
 
 
 def _size(size, who):

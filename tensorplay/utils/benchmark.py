@@ -92,6 +92,63 @@ def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None) -> dict:
     return res
 
 
+def comparison_row(name, variants: dict, *, repeats=15, warmup=3, base="tp compiled") -> tuple:
+    """Time ``variants`` interleaved (``compare``) and make one table row: ``name``, each variant's
+    median [95% CI] in ms, then t(variant) / t(base) for every other variant (> 1: base is faster).
+    ``comparison_headers`` gives the matching column names."""
+    r = compare(variants, repeats=repeats, warmup=warmup)
+    cells = [name]
+    for k in variants:
+        lo, hi, _ = r[k].ci
+        cells.append(f"{r[k].median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]")
+    cells += [f"{r[k].median / r[base].median:.2f}" for k in variants if k != base]
+    return tuple(cells)
+
+
+def comparison_args(argv, quick_help):
+    """The options of the comparison scripts (``--repeats``, ``--quick``, ``--no-torch-compile``);
+    prints the machine and the reading protocol."""
+    import argparse
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=15)
+    p.add_argument("--quick", action="store_true", help=quick_help)
+    p.add_argument("--no-torch-compile", action="store_true")
+    a = p.parse_args(argv)
+    print(f"machine: {machine_description()}")
+    print(f"{a.repeats} interleaved readings after 3 warm-up calls; ms, median [95% CI]\n")
+    return a
+
+
+def torch_variants(f_torch, *args, torch_compile=True) -> dict:
+    """``{"torch eager": ..., "torch.compile": ...}`` calls of ``f_torch(*args)``, torch.compile'd
+    once and called once (its compilation) before any timing."""
+    out = {"torch eager": lambda: f_torch(*args)}
+    if torch_compile:
+        import torch
+        torch._dynamo.reset()
+        tc = torch.compile(f_torch)
+        tc(*args)
+        out["torch.compile"] = lambda: tc(*args)
+    return out
+
+
+def comparison_headers(names, base="tp compiled") -> list:
+    return ["case", *names] + [f"vs {k}" for k in names if k != base]
+
+
+def tp_vs_torch_row(name, tp_call, f_torch, *args, opts) -> tuple:
+    """One ``comparison_row`` of tp compiled (``tp_call()``) against ``f_torch(*args)`` eager and
+    torch.compile'd; ``opts`` from ``comparison_args``."""
+    variants = {"tp compiled": tp_call, **torch_variants(f_torch, *args, torch_compile=not opts.no_torch_compile)}
+    return comparison_row(name, variants, repeats=opts.repeats)
+
+
+def print_tp_vs_torch(rows, opts):
+    names = ["tp compiled", "torch eager"] + ([] if opts.no_torch_compile else ["torch.compile"])
+    print(format_table(rows, comparison_headers(names)))
+    return rows
+
+
 def speedup_decomposition(t_eager, t_compiled, bytes_eager, bytes_compiled):
     """Prop. 13.3: S = t_e / t_c = rho * beta_c / beta_e with rho = bytes_e / bytes_c and
     beta = bytes / time."""

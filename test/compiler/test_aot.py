@@ -315,7 +315,7 @@ def test_batchnorm_train_mode_running_stats(momentum):
 
 @pytest.mark.parametrize("backend", ["aot_eager", "stax"])
 def test_dropout_forward_and_backward_agree_on_the_mask(backend):
-    # stax: native_dropout is a fallback kernel with two outputs — one call must serve both
+    # stax: native_dropout is two Pointwise values of one Philox stream; the forward saves the mask
     def f(x, w):
         return F.dropout(x * 2.0, 0.5, training=True) * w
     x, w = tp.randn(256, requires_grad=True), tp.randn(256, requires_grad=True)

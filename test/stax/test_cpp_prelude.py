@@ -176,6 +176,17 @@ def _source():
                + _LOOP.format(T="float", EXPR="(((a > V(0.0f)) & mc) | (~mc & tp::isnan(a)))",
                               LOAD="auto a = V::load(x + i); auto mc = tp::Mask::load(c + i);",
                               LOADN="auto a = V::loadn(x + i, m); auto mc = tp::Mask::loadn(c + i, m);") + "}\n")
+    # Philox4x32-10: the four words of one vector of counters; uniform/normal/integer draws
+    out.append('extern "C" void rng_words(int64_t seed, const int64_t* off, int64_t stream, int32_t* y) { '
+               'auto r = tp::detail::philox(tp::Vec<int64_t>(seed), tp::Vec<int64_t>::load(off), stream); '
+               'for (int k = 0; k < 4; ++k) r.w[k].store(y + k * tp::Vec<int32_t>::size); }\n')
+    for s, (T, _, _) in FT.items():
+        for kind in ("rand", "randn"):
+            out.append(f'extern "C" void rng_{kind}_{s}(int64_t seed, const int64_t* off, int64_t stream, {T}* y) {{ '
+                       f'tp::philox_{kind}<{T}>(tp::Vec<int64_t>(seed), tp::Vec<int64_t>::load(off), stream).store(y); }}\n')
+    out.append('extern "C" void rng_randint(int64_t seed, const int64_t* off, int64_t stream, int64_t low, '
+               'uint64_t range, int64_t* y) { tp::philox_randint(tp::Vec<int64_t>(seed), tp::Vec<int64_t>::load(off), '
+               'stream, low, range).store(y); }\n')
     return "".join(out)
 
 
@@ -895,3 +906,60 @@ def test_vectorised_in_machine_code(libs, variant, reg):
                                                                               sq["u_sqrt_f64"])
     st = _disassemble(libs[variant], ["ld_stream_f32"])["ld_stream_f32"]
     assert re.search(rf"vmovntdq\s+%{reg}", st) and "sfence" in st, "store_stream: no streaming store"
+
+
+# ---------------------------------------------------------------------------------------------
+# Philox4x32-10 (random ops): Random123's known answers, the same bits at every width
+# ---------------------------------------------------------------------------------------------
+PHILOX_KAT = [((0, 0, 0, 0), (0, 0), (0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8)),
+              ((0xffffffff,) * 4, (0xffffffff,) * 2, (0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd)),
+              ((0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344), (0xa4093822, 0x299f31d0),
+               (0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1))]
+
+
+def _i64(lo, hi):
+    return int(np.array(lo | (hi << 32), dtype=np.uint64).view(np.int64))
+
+
+def _rng(lib, name, out_dtype, seed, off, stream, *extra):
+    y = np.zeros(4 * lib.lanes if name == "rng_words" else lib.lanes, dtype=out_dtype)
+    off = np.ascontiguousarray(off, dtype=np.int64)
+    types = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_int64] + [ctypes.c_int64, ctypes.c_uint64][:len(extra)]
+    lib.fn(name, None, types + [ctypes.c_void_p])(seed, off.ctypes.data, stream, *extra, y.ctypes.data)
+    return y
+
+
+def test_philox_known_answers(lib):
+    for ctr, key, want in PHILOX_KAT:
+        off = np.full(lib.lanes, _i64(ctr[0], ctr[1]), dtype=np.int64)
+        w = _rng(lib, "rng_words", np.uint32, _i64(*key), off, _i64(ctr[2], ctr[3])).reshape(4, lib.lanes)
+        assert (w == np.array(want, dtype=np.uint32)[:, None]).all()
+
+
+def test_philox_draws_same_bits_at_every_width(libs):
+    runnable = [v for v in VARIANTS if RUNNABLE[v]]
+    ls = {v: _lib_cache.get(v) or Lib(libs[v], v) for v in runnable}
+    seed, stream = -0x1234567890ABCDE, 3
+    offs = np.arange(64, dtype=np.int64) * 977 + (1 << 33)
+
+    def draws(lib):
+        out = {}
+        for start in range(0, 64, lib.lanes):
+            o = offs[start:start + lib.lanes]
+            for s, (_, dt, _) in FT.items():
+                for kind in ("rand", "randn"):
+                    out.setdefault(f"{kind}_{s}", []).append(_rng(lib, f"rng_{kind}_{s}", dt, seed, o, stream))
+            for lo, rng in ((-5, 10), (1, 2**40 + 7)):
+                out.setdefault(f"int{rng}", []).append(_rng(lib, "rng_randint", np.int64, seed, o, stream, lo, rng))
+        return {k: np.concatenate(v) for k, v in out.items()}
+    results = {v: draws(lib) for v, lib in ls.items()}
+    first = results[runnable[0]]
+    for v in runnable[1:]:
+        for k in first:
+            if v == "sse" and k.startswith("randn"):
+                continue   # no FMA hardware: log and cos take the other (equally accurate) path
+            assert same_bits(results[v][k], first[k]), f"{k}: {v} differs from {runnable[0]}"
+    u = first["rand_f32"]
+    assert (u >= 0).all() and (u < 1).all() and np.isfinite(first["randn_f64"]).all()
+    assert ((first["int10"] >= -5) & (first["int10"] < 5)).all()
+    assert ((first[f"int{2**40 + 7}"] >= 1) & (first[f"int{2**40 + 7}"] < 2**40 + 8)).all()

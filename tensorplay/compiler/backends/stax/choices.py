@@ -233,3 +233,11 @@ def aot_decompose(node) -> bool:
     if q is None or k is None or q.dim() < 2:   # (meta values; Stax compiles CPU regions only)
         return False
     return math.prod(q.shape[:-1]) * k.shape[-2] <= SDPA_DECOMPOSE_MAX_SCORES
+
+
+def eager_random() -> bool:
+    """Random ops as calls into eager (ATen's generator: the numbers eager gives after the same
+    ``manual_seed``) instead of Philox streams in the kernels?  ``TP_STAX_FALLBACK_RANDOM=1`` asks
+    for it, to compare a compiled program with eager bit for bit.  Read per compilation (the
+    variable is part of the graph-cache key, like every ``TP_*`` variable)."""
+    return os.environ.get("TP_STAX_FALLBACK_RANDOM", "0") not in ("", "0")

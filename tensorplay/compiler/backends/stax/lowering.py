@@ -54,6 +54,8 @@ class GraphLowering:
         self._n = 0
         self.current_node = None
         self._copies: dict = {}          # batched_matrix_copy: (id, layout) -> (source, copy)
+        self._seed = None                # random_stream: the graph's seed buffer, drawn once per call
+        self._streams = 0
 
     # -- naming / realization -----------------------------------------------------------------------
     def new_name(self, prefix="buf"):
@@ -195,6 +197,20 @@ class GraphLowering:
             buf.freeze_layout()
             cache[key] = (data, buf)
         return cache[key][1]
+
+    def random_stream(self):
+        """``(seed buffer name, stream number)`` for one random op.  The first call adds an extern
+        kernel that draws the graph's int64 seed from the global generator (op ``_random_seed``),
+        so every call of the compiled graph gets fresh numbers; each random op gets its own
+        stream of the Philox counter space."""
+        if self._seed is None:
+            from ....ops import OPS
+            layout = FixedLayout(torch.int64, torch.device("cpu"), (), (), 0)
+            self._seed = ExternBuffer(self.new_name("seed"), layout, OPS["_random_seed"], (), "extern",
+                                      "seed of the graph's random streams")
+            self.buffers.append(self._seed)
+        self._streams += 1
+        return self._seed.name, self._streams - 1
 
     def _extern_arg(self, v):
         if isinstance(v, TensorBox):

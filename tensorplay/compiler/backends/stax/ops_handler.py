@@ -26,7 +26,13 @@ The interface (all handlers accept these; values are handler-specific objects):
   sigmoid erf erfc floor ceil trunc round atan2 hypot;
 * comparisons and logic: eq ne lt le gt ge logical_and logical_or logical_not logical_xor
   bitwise_and bitwise_or bitwise_xor bitwise_not bitwise_left_shift bitwise_right_shift (torch's
-  out-of-range shift counts) isnan isinf.
+  out-of-range shift counts) isnan isinf;
+* random numbers (counter-based, so a value can be recomputed anywhere): ``rand(seed, offset,
+  stream, dtype)`` uniform on [0, 1), ``randn(seed, offset, stream, dtype)`` standard normal,
+  ``randint64(seed, offset, stream, low, high)`` int64 uniform on [low, high).  ``seed`` is an
+  int64 value (the graph's seed, loaded from its buffer), ``offset`` an int64 index value (the
+  element's row-major index), ``stream`` a Python int (the random op's number in the graph); the
+  result depends on these three only (Philox4x32-10 in the C++ prelude).
 
 Reductions are not ops calls: a :class:`~.ir.Reduction` node carries the reduction type and the
 kernel generator emits the accumulator code (monoid associativity, invariant 6).  Its
@@ -38,7 +44,7 @@ from __future__ import annotations
 import contextlib
 import threading
 
-__all__ = ["ops", "set_handler", "OPS_NAMES", "UNARY", "BINARY", "COMPARE", "TRANSCENDENTAL"]
+__all__ = ["ops", "set_handler", "OPS_NAMES", "UNARY", "BINARY", "COMPARE", "RANDOM", "TRANSCENDENTAL"]
 
 UNARY = ("neg", "abs", "sign", "reciprocal", "square", "exp", "exp2", "expm1", "log", "log2", "log10", "log1p",
          "sqrt", "rsqrt", "sin", "cos", "tan", "asin", "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf",
@@ -47,12 +53,13 @@ BINARY = ("add", "sub", "mul", "truediv", "floordiv", "truncdiv", "remainder", "
           "atan2", "hypot", "logical_and", "logical_or", "logical_xor", "bitwise_and", "bitwise_or", "bitwise_xor",
           "bitwise_left_shift", "bitwise_right_shift")
 COMPARE = ("eq", "ne", "lt", "le", "gt", "ge")
+RANDOM = ("rand", "randn", "randint64")
 #: functions whose recomputation is expensive (the materialisation cost model counts them)
 TRANSCENDENTAL = frozenset({"exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sin", "cos", "tan", "asin",
                             "acos", "atan", "sinh", "cosh", "tanh", "sigmoid", "erf", "erfc", "pow", "atan2",
-                            "hypot"})
+                            "hypot"} | set(RANDOM))
 OPS_NAMES = ("load", "index_expr", "constant", "where", "masked", "to_dtype",
-             "indirect_indexing") + UNARY + BINARY + COMPARE
+             "indirect_indexing") + UNARY + BINARY + COMPARE + RANDOM
 
 _local = threading.local()
 

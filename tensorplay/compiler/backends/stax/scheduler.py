@@ -148,6 +148,14 @@ class Scheduler:
         self.output_names = {o.name if not isinstance(o, ReinterpretView) else o.data.name for o in graph.outputs}
         # values written back into mutated inputs are read by the wrapper: they must reach memory
         self.output_names |= {src.name for _, src in graph.mutations}
+        # calls into eager's generator keep the graph's order (the numbers eager gives after the
+        # same manual_seed, TP_STAX_FALLBACK_RANDOM=1): each random extern reads the one before
+        prev = None
+        for n in self.nodes:
+            if n.is_extern and "random" in getattr(n.buf.op, "tags", ()):
+                if prev is not None:
+                    n.reads.add(prev.name)
+                prev = n
         self.groups = [Group(n) for n in self.nodes]
         self.group_of = {n.name: g for g in self.groups for n in g.nodes}
         self._bytes = {}

@@ -443,6 +443,17 @@ class CppHandler:
             self._sym[v.name] = sympy.Integer(int(value))
         return v
 
+    # -- random numbers: Philox4x32-10 of (seed, stream, element offset), cpp_prelude.h --------------
+    def rand(self, seed, offset, stream, dtype):
+        return self._emit(f"tp::philox_rand<{CTYPE[dtype]}>({seed}, {offset}, {int(stream)})", dtype)
+
+    def randn(self, seed, offset, stream, dtype):
+        return self._emit(f"tp::philox_randn<{CTYPE[dtype]}>({seed}, {offset}, {int(stream)})", dtype)
+
+    def randint64(self, seed, offset, stream, low, high):
+        return self._emit(f"tp::philox_randint({seed}, {offset}, {int(stream)}, {_lit(low, torch.int64)}, "
+                          f"{int(high) - int(low)}ULL)", torch.int64)
+
     def to_dtype(self, x, dtype, src_dtype=None):
         if x.dtype == dtype:
             return x

@@ -282,6 +282,50 @@ def test_sort_like_scan_and_conv_ops_are_extern_kernels_under_strict_native():
     assert [ln for ln in src.splitlines() if "FALLBACK" in ln] == [] and "extern kernel: conv3d" in src
 
 
+def test_dead_intermediate_buffers_are_kept_for_the_next_call(monkeypatch):
+    """A buffer dead at the end of a call (here the matmul operand exp(x)) is stashed and taken again
+    by the next call: same memory, no fresh pages.  Outputs are never kept: a result stays valid
+    after later calls.  TP_STAX_KEEP_BUFFERS=0 generates plain allocations."""
+    w = rnd(64, 32)
+
+    def f(x):
+        return (x.exp() @ w).relu() * 2
+    cf = tp.compile(f, strict_native=True)
+    x1, x2 = rnd(100, 64, seed=1), rnd(100, 64, seed=2)
+    cf(x1)
+    r1 = cf(x1)
+    spare = cf._cache[0].artifact.module.spare
+    kept = {n: t.data_ptr() for n, t in spare.items()}
+    assert len(kept) == 1
+    r2 = cf(x2)
+    assert {n: t.data_ptr() for n, t in spare.items()} == kept
+    assert r1.data_ptr() != r2.data_ptr() and r1.data_ptr() not in kept.values()
+    assert_close(r1, f(x1))
+    assert_close(r2, f(x2))
+    monkeypatch.setenv("TP_STAX_KEEP_BUFFERS", "0")
+    cf0 = tp.compile(f, strict_native=True)
+    cf0(x1)
+    assert "take(" not in cf0._cache[0].artifact.source and "stash(" not in cf0._cache[0].artifact.source
+    assert_close(cf0(x2), f(x2))
+
+
+def test_stash_refuses_buffers_something_else_can_see():
+    from tensorplay.compiler.backends.stax.runtime import stash, take
+    spare = {}
+    a = torch.randn(10)
+    stash(spare, "a", a)
+    assert spare.pop("a") is a
+    b = torch.randn(10)
+    view = b[2:]                                      # a view shares the storage
+    stash(spare, "b", b)
+    c = torch.randn(10)
+    alias = c                                         # another variable holds the tensor
+    stash(spare, "c", c)
+    assert spare == {} and view.shape == (8,) and alias is c
+    t = take(spare, "d", (2, 3), (1, 2), torch.float64)
+    assert t.shape == (2, 3) and t.stride() == (1, 2) and t.dtype == torch.float64
+
+
 def test_cache_dir_holds_readable_wrappers_experiment_2(tmp_path, monkeypatch):
     monkeypatch.setenv("TP_CACHE_DIR", str(tmp_path))
     x = rnd(12, 12)

@@ -241,3 +241,13 @@ def eager_random() -> bool:
     for it, to compare a compiled program with eager bit for bit.  Read per compilation (the
     variable is part of the graph-cache key, like every ``TP_*`` variable)."""
     return os.environ.get("TP_STAX_FALLBACK_RANDOM", "0") not in ("", "0")
+
+
+def keep_buffers() -> bool:
+    """Keep a wrapper's dead intermediate buffers from one call to the next (runtime.take/stash)?
+    A fresh buffer costs a page fault per 4 KiB page once glibc has returned the memory to the
+    system, which it does for large blocks: the CNN training step of benchmarks/training.py took
+    11.4 k faults and 50 ms per step with fresh buffers, 6.7 k faults and 37.7 ms with kept ones
+    (torch.compile: 4.0 k, 35.0 ms, same run).  The cost is the memory of those buffers between
+    calls (at most the graph's peak of intermediates).  ``TP_STAX_KEEP_BUFFERS=0`` turns it off."""
+    return os.environ.get("TP_STAX_KEEP_BUFFERS", "1") != "0"

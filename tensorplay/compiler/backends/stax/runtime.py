@@ -2,10 +2,11 @@
 from __future__ import annotations
 
 import ctypes
+import sys
 
 import torch
 
-__all__ = ["assert_size_stride", "empty_strided", "ptr", "reinterpret", "as_layout", "KernelZeroDivisionError",
+__all__ = ["assert_size_stride", "empty_strided", "take", "stash", "ptr", "reinterpret", "as_layout", "KernelZeroDivisionError",
            "checked_kernel"]
 
 
@@ -44,6 +45,35 @@ def assert_size_stride(t, size, stride, offset=None, name="input"):
 
 def empty_strided(size, stride, dtype):
     return torch.empty_strided(size, stride, dtype=dtype)
+
+
+def take(spare, name, size, stride, dtype):
+    """``name``'s buffer: the one a previous call of this wrapper left in ``spare`` (same plan, so
+    same layout), else a new one.  Reusing it across calls saves the page faults of fresh memory
+    (docs/stax.md "Buffers kept between calls")."""
+    t = spare.pop(name, None)
+    return t if t is not None else torch.empty_strided(size, stride, dtype=dtype)
+
+
+def _probe(spare, name, t):      # called like stash(): the same references to t
+    return sys.getrefcount(t)
+
+
+def _lone_refs():
+    t = torch.empty(0)
+    return _probe(None, "", t)
+
+
+_LONE = _lone_refs()   # getrefcount of a tensor held by one variable of stash's caller (interpreter-specific)
+
+
+def stash(spare, name, t):
+    """Keep an intermediate buffer, dead at the end of the call, for the next call -- only when
+    nothing else can see it: no other tensor shares its storage (a view, an extern's alias:
+    storage use count 1, plus the temporary storage object here) and no other Python reference
+    holds the tensor (as many references as a tensor held by one variable of its caller)."""
+    if sys.getrefcount(t) == _LONE and torch._C._storage_Use_Count(t.untyped_storage()._cdata) == 2:
+        spare[name] = t
 
 
 def ptr(t):

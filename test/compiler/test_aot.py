@@ -571,3 +571,23 @@ def test_aot_eager_does_not_decompose_attention():
     ins = _qkv(2)
     low = tp.compile(_attn_loss, backend="aot_eager").lower(*ins)
     assert "scaled_dot_product_attention" in [n.target_name for n in low.forward_graph.graph.nodes]
+
+
+def test_conv_training_backward_computes_both_gradients_in_one_call():
+    """A convolution whose input and weight both need gradients is differentiated by the one op
+    ``convolution_backward`` (one ATen call, an extern kernel under Stax), not by the two
+    single-gradient ops; the first conv of a network (input without grad) keeps the weight-only op."""
+    torch.manual_seed(0)
+    net = nn.Sequential(nn.Conv2d(3, 4, 3, padding=1), nn.ReLU(), nn.Conv2d(4, 5, 3, stride=2, padding=1))
+    x = tp.randn(2, 3, 9, 9)
+    cf = tp.compile(lambda a: net(a).pow(2).sum(), strict_native=True)
+    cf(x).backward()
+    got = [p.grad._data.clone() for p in net.parameters()]
+    for p in net.parameters():
+        p.grad = None
+    net(x).pow(2).sum().backward()
+    for a, p in zip(got, net.parameters()):
+        torch.testing.assert_close(a, p.grad._data, rtol=1e-4, atol=1e-5)
+    bw_ops = [n.target_name for n in cf.lower(x).backward_graph.graph.nodes if n.op == "call_function"]
+    assert bw_ops.count("convolution_backward") == 1 and bw_ops.count("convolution_backward_weight") == 1
+    assert "convolution_backward_input" not in bw_ops

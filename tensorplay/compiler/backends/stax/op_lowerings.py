@@ -2486,6 +2486,7 @@ def _extern_bmm(*args):
 
 for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d", "convolution", "conv_transpose1d",
               "conv_transpose2d", "conv_transpose3d", "convolution_backward_input", "convolution_backward_weight",
+              "convolution_backward",
               "einsum", "outer", "dot",
               # sort-like and scans: library kernels (unique's output shape is a data gate of capture)
               "sort", "argsort", "topk", "kthvalue", "median", "median_dim", "nanmedian", "nanmedian_dim", "mode",

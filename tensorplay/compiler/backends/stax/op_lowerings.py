@@ -597,8 +597,9 @@ for _name, _make in (("uniform_", _uniform_fill), ("normal_", _normal_fill), ("e
     register_lowering(_name)(_fill(_make))
 
 
-# sampling by sorting and searching: library kernels (their consumers still fuse)
-for _name in ("_randperm", "multinomial"):
+# sampling by sorting and searching: library kernels (their consumers still fuse); a seed drawn
+# inside a traced program is the generator's call too
+for _name in ("_randperm", "multinomial", "_random_seed"):
     register_lowering(_name)(lambda *args: V.graph.extern("library kernel (ATen's generator)"))
 
 

@@ -223,6 +223,34 @@ def test_training_through_pooling_and_upsampling():
     torch.testing.assert_close(_data(pw.grad), tw.grad, rtol=1e-12, atol=1e-12)
 
 
+@pytest.mark.parametrize("mode,shape,kw", [("bilinear", (2, 3, 7, 9), dict(scale_factor=2, align_corners=False)),
+                                           ("bilinear", (2, 3, 7, 9), dict(size=(10, 5), align_corners=True)),
+                                           ("linear", (2, 3, 11), dict(scale_factor=1.5, align_corners=False))])
+def test_linear_upsampling_is_a_library_kernel_in_training(mode, shape, kw):
+    """Linear/bilinear resampling and its backward run as extern kernels (ATen: strict_native
+    accepts them) and the pointwise ops around them fuse into Stax kernels: values and gradients
+    are eager's bitwise."""
+    x = torch.randn(*shape, dtype=torch.float64)
+    w = torch.randn(*shape, dtype=torch.float64)
+
+    def f(L, Fn, x, w):
+        return (Fn.interpolate(L.relu(x * w), mode=mode, **kw).exp() * 2).sum()
+    pw = tp.from_torch(w.clone()).requires_grad_()
+    cf = tp.compile(lambda x, w: f(tp, F, x, w), strict_native=True)
+    for _ in range(2):
+        pw.grad = None
+        loss = cf(tp.from_torch(x), pw)
+        loss.backward()
+    tw = w.clone().requires_grad_()
+    want = f(torch, torch.nn.functional, x, tw)
+    want.backward()
+    torch.testing.assert_close(_data(loss).detach(), want.detach(), rtol=1e-13, atol=0)
+    torch.testing.assert_close(_data(pw.grad), tw.grad, rtol=1e-13, atol=0)
+    low = cf.lower(tp.from_torch(x), pw)                  # (strict_native: no fallback kernel anywhere)
+    bw_ops = [n.target_name for n in low.backward_graph.graph.nodes if n.op == "call_function"]
+    assert any(o.startswith("upsample_") and o.endswith("_backward") for o in bw_ops)
+
+
 def test_bounds_floor_terms_of_a_mask():
     """A mask conjunct on a floor term bounds the access that holds the same term (an adaptive
     bin: h = floor(9*o/7) + k, masked by h < 9)."""

@@ -2497,5 +2497,10 @@ for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d", 
               # of embedding/index backward (their consumers still fuse into the next kernel)
               "scaled_dot_product_attention", "embedding_dense_backward", "index_add", "index_put",
               "scatter_add", "max_pool2d_with_indices_backward", "adaptive_max_pool2d_backward", "_index_backward",
-              "_masked_select_backward", "_storage_remap"):
+              "_masked_select_backward", "_storage_remap",
+              # linear/bilinear resampling: ATen computes each dim's source rows and weights once and
+              # runs a separable loop; a kernel here reading them per element, exact to eager's
+              # rounding, ran 2.4x slower (its rows are lane-wise gathers; docs/stax.md)
+              "upsample_linear1d", "upsample_bilinear2d", "upsample_linear1d_backward",
+              "upsample_bilinear2d_backward"):
     register_lowering(_name)(_extern)

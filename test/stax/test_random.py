@@ -352,3 +352,24 @@ def test_drop_path_with_bernoulli_fill_is_one_kernel():
     assert abs(float(kept.double().mean()) - 0.8) < 4.5 * math.sqrt(0.16 / 4096)
     torch.testing.assert_close(y[kept], _d(x)[kept] * (torch.tensor(1.0) / 0.8), rtol=0, atol=0)   # eager: (1 / keep) * x
     assert kernel_source(cf).count("async_compile.cpp(") == 1
+
+
+def test_fallback_random_fills_a_private_buffer_never_reused(monkeypatch):
+    """With TP_STAX_FALLBACK_RANDOM=1 an in-place fill is eager's kernel on the clone's buffer; that
+    buffer is the fill's result, so it is never handed to a later kernel of the same layout."""
+    monkeypatch.setenv("TP_STAX_FALLBACK_RANDOM", "1")
+
+    def f(x):
+        u = tp.empty(x.shape).uniform_(-1, 1)
+        a = (x * 2).exp()
+        return u + 1, a @ a.t(), (a.sin() + u) * 3, u * 2
+    x = tp.randn(24, 24)
+    cf = tp.compile(f, strict_native=True)
+    cf(x)
+    tp.manual_seed(9)
+    want = f(x)
+    tp.manual_seed(9)
+    got = cf(x)
+    assert torch.equal(_d(got[0]), _d(want[0])) and torch.equal(_d(got[3]), _d(want[3]))   # eager's numbers
+    for g, w in zip(got[1:3], want[1:3]):
+        torch.testing.assert_close(_d(g), _d(w), rtol=1e-4, atol=1e-4)

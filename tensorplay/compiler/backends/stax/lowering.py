@@ -159,7 +159,12 @@ class GraphLowering:
         args = map_arg(node.args, lambda n: prep(self._extern_arg(self.env[n])))
         val = node.meta.get("val")
         if d is not None and d.is_inplace:
-            raise Unsupported(f"in-place op {name} left after functionalisation")
+            if "random" not in d.tags:
+                raise Unsupported(f"in-place op {name} left after functionalisation")
+            # a random fill (uniform_, ...) that functionalisation applied to a private clone: the
+            # call fills the clone's buffer and returns it, so that buffer must never be reused
+            base = args[0].data if isinstance(args[0], ReinterpretView) else args[0]
+            base.aliased = True
         if isinstance(val, (tuple, list)):
             outs = []
             shared = types.SimpleNamespace(var=None)   # one call for all outputs: a random op draws once

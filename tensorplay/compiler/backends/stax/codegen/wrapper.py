@@ -107,7 +107,8 @@ class BufferPlan:
 
     Walk the groups in order; per kernel group take :meth:`allocations`, after each group
     :meth:`dead_after`.  A dead kernel buffer goes to a pool keyed by (size, stride, dtype) and a
-    later allocation with the same key takes it, unless that buffer is a graph output."""
+    later allocation with the same key takes it, unless that buffer is a graph output (or an
+    extern's result aliases it: ``aliased``, a random fill of a private clone)."""
 
     def __init__(self, graph, sched):
         self.sched = sched
@@ -148,7 +149,7 @@ class BufferPlan:
             if self.last_use.get(r) != step or r in self.out_names or r not in live or r in self.mutated:
                 continue
             bn = self.sched.by_name.get(r)
-            if bn is not None and not bn.is_extern and r in self.materialized:
+            if bn is not None and not bn.is_extern and r in self.materialized and not getattr(bn.buf, "aliased", False):
                 lay = bn.buf.layout
                 self.free_pool.setdefault((lay.size, lay.stride, lay.dtype), []).append(r)
             else:

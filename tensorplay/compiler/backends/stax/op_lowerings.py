@@ -494,10 +494,12 @@ def _randint(low, high, size, dtype=None, device=None):
 
 
 def _keep(seed, off, k, p):
-    """True with probability 1 - p: a float32 uniform u (24 bits) compared in double, u < 1 - p
-    (ATen's bernoulli_(1 - p) of dropout's mask)."""
-    u = ops.to_dtype(ops.rand(seed, off, k, torch.float32), torch.float64)
-    return ops.lt(u, ops.constant(1.0 - p, torch.float64))
+    """True with probability 1 - p (ATen's bernoulli_(1 - p) of dropout's mask): u < 1 - p for a
+    float32 uniform u = m * 2^-24 (m an integer below 2^24).  m < x holds exactly when m <
+    ceil(x), so the test is u < ceil((1 - p) * 2^24) * 2^-24, a float32 constant: no conversion to
+    double, the same decisions as comparing with 1 - p in double."""
+    u = ops.rand(seed, off, k, torch.float32)
+    return ops.lt(u, ops.constant(math.ceil((1.0 - p) * 2.0 ** 24) * 2.0 ** -24, torch.float32))
 
 
 @register_lowering("bernoulli")

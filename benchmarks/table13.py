@@ -39,7 +39,7 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
-from tensorplay.utils.benchmark import compare, format_table, machine_description, speedup_decomposition
+from tensorplay.utils.benchmark import paired_ratio, compare, format_table, machine_description, speedup_decomposition
 
 
 def five_op_softmax(x, lib):
@@ -161,11 +161,17 @@ def main(argv=None):
             return f"{s.median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]"
         vs_tc = (r["torch.compile"].median / tc_) if "torch.compile" in r else float("nan")
         vs_te = r["torch eager"].median / tc_
+
+        def paired(k):
+            if k not in r:
+                return "-"
+            m, lo, hi = paired_ratio(r, k, "tp compiled")
+            return f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
         rows.append((name, fmt("tp eager"), fmt("tp compiled"), fmt("torch eager"),
                      fmt("torch.compile") if "torch.compile" in r else "-",
                      f"{dec['S']:.2f}", f"{vs_te:.2f}", f"{vs_tc:.2f}", f"{dec['rho']:.2f}",
                      f"{dec['beta_e'] / 1e9:.1f}", f"{dec['beta_c'] / 1e9:.1f}", dec["beta_c"],
-                     f"{compile_s:.1f}"))
+                     f"{compile_s:.1f}", paired("torch eager"), paired("torch.compile")))
         del cf, variants
     rounds.append(bandwidth_round())
     cold = [c for c, _ in rounds]
@@ -177,12 +183,14 @@ def main(argv=None):
     print(f"  back-to-back readings of the same 64 MiB, partly served by the LLC (not used for B): "
           f"round medians {min(warm) / 1e9:.1f}-{max(warm) / 1e9:.1f} GB/s\n")
     headers = ["case", "tp eager", "tp compiled", "torch eager", "torch.compile", "S", "vs torch eager",
-               "vs torch.compile", "rho", "beta_e GB/s", "beta_c GB/s", "beta_c/B", "compile s"]
+               "vs torch.compile", "rho", "beta_e GB/s", "beta_c GB/s", "beta_c/B", "compile s",
+               "paired vs torch eager", "paired vs torch.compile"]
     col = headers.index("beta_c/B")     # rows hold beta_c there until B is known
     rows = [r[:col] + (f"{r[col] / B:.0%}",) + r[col + 1:] for r in rows]
     print(format_table(rows, headers))
     print("\nS = t(tp eager)/t(tp compiled); 'vs X' = t(X)/t(tp compiled) (> 1: Stax is faster); "
-          "rho = model bytes eager / compiled; beta = model bytes / median time.")
+          "rho = model bytes eager / compiled; beta = model bytes / median time; 'paired vs X' = median "
+          "[95% CI] of the per-round ratios t(X)/t(tp compiled) (readings of a round are adjacent in time).")
     return rows
 
 

@@ -21,7 +21,7 @@ import platform
 import time
 from dataclasses import dataclass
 
-__all__ = ["Stats", "median_ci", "time_fn", "compare", "speedup_decomposition", "machine_description", "format_table"]
+__all__ = ["Stats", "median_ci", "time_fn", "compare", "paired_ratio", "speedup_decomposition", "machine_description", "format_table"]
 
 
 def median_ci(sorted_xs, confidence=0.95):
@@ -147,6 +147,17 @@ def print_tp_vs_torch(rows, opts):
     names = ["tp compiled", "torch eager"] + ([] if opts.no_torch_compile else ["torch.compile"])
     print(format_table(rows, comparison_headers(names)))
     return rows
+
+
+def paired_ratio(res: dict, num: str, den: str) -> tuple:
+    """Median [95% CI] of the per-round ratios t(num) / t(den) of a ``compare`` result.  Readings
+    of one round are adjacent in time, so a drift of the machine's speed during the run (the
+    memory bandwidth of a shared host moves +-10-20 %) cancels in each ratio, where it widens the
+    ratio of the two medians.  Returns (median, lo, hi)."""
+    xs = sorted(a / b for a, b in zip(res[num].times, res[den].times))
+    lo, hi, _ = median_ci(xs)
+    n = len(xs)
+    return (xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])), lo, hi
 
 
 def speedup_decomposition(t_eager, t_compiled, bytes_eager, bytes_compiled):

@@ -118,6 +118,11 @@ GENERATED = "<tensorplay-generated>"
 #: Callbacks ``f(op, args, result)`` run after every eager op call (tests check meta functions
 #: with it; the profiler records ops with it).  Empty in normal use: one truthiness test per call.
 observers: list = []
+#: Output metadata to use when a kernel run on meta tensors cannot know its output shape
+#: (DataDependentShapeError): a stack of ``None`` or ``() -> torch meta tensor(s)``.  Retracing a
+#: captured graph pushes the node's captured value: that graph is specialised on the shape (a data
+#: gate), so the op's output shape is known there (compiler/aot/dispatch_trace.retrace_nodes).
+shape_hints: list = []
 #: Callbacks ``raw_args = f(op, args, raw_args)`` run before the kernel (capture snapshots
 #: constants about to be mutated, and symbolic capture turns every tensor argument into a meta
 #: tensor with it).  Empty in normal use.
@@ -346,6 +351,25 @@ def _unwrap_index(idx):
     return idx, False
 
 
+def _on_meta_tensors(op, raw, err):
+    """Symbolic tracing runs kernels on meta tensors.  For a kernel that cannot run there (it reads
+    data: ``nonzero`` of a bool index), the op's meta function answers; for an output shape that
+    depends on data, the shape hint of the graph being retraced (``shape_hints``).  None when the
+    call is not on meta tensors or neither answers: the kernel's error stands."""
+    if not any(isinstance(a, torch.Tensor) and a.device.type == "meta" for a in raw):
+        return None
+    if op.meta is not None and not isinstance(err, DataDependentShapeError):
+        try:
+            return op.meta(*raw)
+        except DataDependentShapeError:
+            pass
+        except Exception:   # noqa: BLE001  (the kernel's error is the one to report)
+            return None
+    if shape_hints and shape_hints[-1] is not None:
+        return shape_hints[-1]()
+    return None
+
+
 def call(op: OpDef, args: tuple):
     """Run one op eagerly: unwrap, kernel, wrap, record autograd and forward-AD."""
     s = op.schema
@@ -395,7 +419,9 @@ def call(op: OpDef, args: tuple):
     try:
         out = op.eager(*raw)
     except Exception as e:
-        raise op_error(op, args, e) from e
+        out = _on_meta_tensors(op, raw, e)
+        if out is None:
+            raise op_error(op, args, e) from e
     # -- wrap ---------------------------------------------------------------------------------
     if mp is not None:
         result = args[mp]

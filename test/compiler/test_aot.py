@@ -591,3 +591,32 @@ def test_conv_training_backward_computes_both_gradients_in_one_call():
     bw_ops = [n.target_name for n in cf.lower(x).backward_graph.graph.nodes if n.op == "call_function"]
     assert bw_ops.count("convolution_backward") == 1 and bw_ops.count("convolution_backward_weight") == 1
     assert "convolution_backward_input" not in bw_ops
+
+
+def test_training_through_a_bool_mask_index_and_masked_select(recwarn):
+    """A loss over the selected rows (``logits[mask]``) and a masked_select: the joint graph is
+    retraced with the output shapes the capture recorded (data gates), so the region compiles (no
+    fallback to eager); a call with another mask count recompiles.  Gradients match eager."""
+    torch.manual_seed(0)
+    w = tp.randn(16, 10, requires_grad=True)
+
+    def loss_fn(x, y, mask):
+        logits = x @ w
+        return F.cross_entropy(logits[mask], y[mask]) + tp.masked_select(logits, mask[:, None]).pow(2).mean()
+    cf = tp.compile(loss_fn)
+    counts = []
+    for k in range(4):
+        x, y = tp.randn(32, 16), tp.from_torch(torch.randint(0, 10, (32,)))
+        mask = tp.from_torch(torch.rand(32) > (0.3 if k % 2 else 0.6))
+        counts.append(int(mask._data.sum()))
+        w.grad = None
+        loss = cf(x, y, mask)
+        loss.backward()
+        got = w.grad._data.clone()
+        w.grad = None
+        want = loss_fn(x, y, mask)
+        want.backward()
+        torch.testing.assert_close(loss._data, want._data, rtol=1e-5, atol=1e-6)
+        torch.testing.assert_close(got, w.grad._data, rtol=1e-5, atol=1e-6)
+    assert not [w_ for w_ in recwarn if "running the captured graph op by op" in str(w_.message)]
+    assert len(cf._cache) == len(set(counts)) and cf._cache[0].lowered.backward_graph is not None

@@ -101,10 +101,29 @@ def retrace_nodes(gm, inputs, *, on_writeback=None) -> tuple[dict, tuple]:
                 continue
             args = map_arg(n.args, env.__getitem__)
             kwargs = map_arg(n.kwargs, env.__getitem__)
-            env[n] = n.target(*args, **kwargs)
+            registry.shape_hints.append(_captured_value(n))
+            try:
+                env[n] = n.target(*args, **kwargs)
+            finally:
+                registry.shape_hints.pop()
         else:
             raise NotImplementedError(f"AOT: cannot retrace node {n.name} with opcode {n.op!r}")
     return env, outs
+
+
+def _captured_value(n):
+    """The node's captured output metadata as a maker of meta tensors, for an op whose output shape
+    depends on data (a bool-mask index, masked_select): the capture recorded that shape as a data
+    gate, so this graph is only ever run with it (registry.shape_hints)."""
+    val = n.meta.get("val")
+
+    def meta(v):
+        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
+    if isinstance(val, torch.Tensor):
+        return lambda: meta(val)
+    if isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
+        return lambda: type(val)(meta(v) for v in val)
+    return None
 
 
 def fix_devices(graph, device):

@@ -249,15 +249,17 @@ def test_fallback_kernel_listed_and_strict_error(capsys, monkeypatch):
     monkeypatch.setenv("TP_STAX_LOWER_DEBUG", "1")
     x = rnd(5, 6)
 
-    def f(a):   # masked_select: a data-dependent output shape, no lowering
-        return tp.masked_select(a * 2, a > 0) + 1
+    p = tp.from_torch((torch.rand(5, 6) > 0.5).float())       # probabilities 0 and 1: a deterministic draw
+
+    def f(a, p):   # bernoulli with tensor probabilities: eager's kernel checks them (no lowering)
+        return tp.bernoulli(p * a.abs().sign()) * 2 + a
     cf = tp.compile(f)
-    cf(x)
-    assert_close(cf(x), f(x))
+    cf(x, p)
+    assert_close(cf(x, p), f(x, p))
     err = capsys.readouterr().err
-    assert "[stax] fallback kernel for masked_select" in err
-    with pytest.raises(tp.compiler.BackendCompilerError, match="masked_select"):
-        tp.compile(f, strict_native=True)(x)
+    assert "[stax] fallback kernel for bernoulli" in err
+    with pytest.raises(tp.compiler.BackendCompilerError, match="bernoulli"):
+        tp.compile(f, strict_native=True)(x, p)
 
 
 def test_sort_like_scan_and_conv_ops_are_extern_kernels_under_strict_native():
@@ -271,7 +273,8 @@ def test_sort_like_scan_and_conv_ops_are_extern_kernels_under_strict_native():
     def f(x, v):
         return (tp.median(v) * 2, tp.median(v, 1)[0] + 1, tp.nanmedian(v, 1)[1], tp.mode(v, 1)[0] * 3,
                 tp.kthvalue(v, 2, 1)[0] - 1, tp.cummax(v, 1)[0] * 2, tp.cummin(v, 1)[1],
-                tp.unique(v) * 2, tp.zeros(4, 10).scatter(1, idx, v[:, :2] * 2),
+                tp.unique(v) * 2, tp.masked_select(v * 2, v > 0) + 1, v[v[:, 0] > 0] * 3,
+                tp.zeros(4, 10).scatter(1, idx, v[:, :2] * 2),
                 F.conv3d(x[None] * 2, w3).relu(), F.conv_transpose2d(x, wt) + 1)
     cf = tp.compile(f, strict_native=True)
     cf(x, v)

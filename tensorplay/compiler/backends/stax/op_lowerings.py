@@ -1223,8 +1223,12 @@ def _index(x, indices):
     items = list(indices) if isinstance(indices, tuple) else [indices]
     for it in items:
         if isinstance(it, TensorBox):
+            if it.dtype == torch.bool:
+                # the output's length is the mask's count (a data gate of capture, like unique's):
+                # ATen's kernel; the ops around it fuse into Stax kernels
+                return V.graph.extern("library kernel (ATen): a bool mask's output shape depends on data")
             if it.dtype not in (torch.int32, torch.int64):
-                raise Unsupported("index with a bool/uint8 mask (a data-dependent shape) or a float index")
+                raise Unsupported("index with a float index (eager raises)")
         elif not (it is None or it is Ellipsis or isinstance(it, slice) or
                   (isinstance(it, int) and not isinstance(it, bool))):
             raise Unsupported(f"index item {type(it).__name__}")
@@ -2491,9 +2495,11 @@ for _name in ("mm", "addmm", "baddbmm", "linear", "conv1d", "conv2d", "conv3d", 
               "conv_transpose2d", "conv_transpose3d", "convolution_backward_input", "convolution_backward_weight",
               "convolution_backward",
               "einsum", "outer", "dot",
-              # sort-like and scans: library kernels (unique's output shape is a data gate of capture)
+              # sort-like and scans: library kernels (unique's and masked_select's output shapes are
+              # data gates of capture)
               "sort", "argsort", "topk", "kthvalue", "median", "median_dim", "nanmedian", "nanmedian_dim", "mode",
-              "unique", "unique_consecutive", "cumsum", "cumprod", "cummax", "cummin", "_reverse_cumsum",
+              "unique", "unique_consecutive", "masked_select", "cumsum", "cumprod", "cummax", "cummin",
+              "_reverse_cumsum",
               "_scatter_view", "scatter",
               # library kernels with no loop-level form here: fused attention, and the scatter-adds
               # of embedding/index backward (their consumers still fuse into the next kernel)

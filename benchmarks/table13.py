@@ -39,7 +39,8 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
-from tensorplay.utils.benchmark import paired_ratio, compare, format_table, machine_description, speedup_decomposition
+from tensorplay.utils.benchmark import (compare, format_table, machine_description, paired_ratio, speedup_decomposition,
+                                       torch_variants)
 
 
 def five_op_softmax(x, lib):
@@ -143,22 +144,14 @@ def main(argv=None):
         cf(*pins)
         compile_s = time.perf_counter() - t0
         comp_bytes = _compiled_bytes(cf)
+        # (torch_variants resets dynamo: one f_torch per case never meets its recompile limit)
         variants = {"tp eager": lambda: f_tp(*pins), "tp compiled": lambda: cf(*pins),
-                    "torch eager": lambda: f_torch(*tins)}
-        if not a.no_torch_compile:
-            torch._dynamo.reset()      # one f_torch per case: never let dynamo's recompile limit kick in
-            tc = torch.compile(f_torch)
-            tc(*tins)
-            variants["torch.compile"] = lambda: tc(*tins)
+                    **torch_variants(f_torch, *tins, torch_compile=not a.no_torch_compile)}
         r = compare(variants, repeats=a.repeats, warmup=a.warmup)
         te, tc_ = r["tp eager"].median, r["tp compiled"].median
         eb = eager_elems * 4
         dec = speedup_decomposition(te, tc_, eb, comp_bytes)
 
-        def fmt(k):
-            s = r[k]
-            lo, hi, _ = s.ci
-            return f"{s.median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]"
         vs_tc = (r["torch.compile"].median / tc_) if "torch.compile" in r else float("nan")
         vs_te = r["torch eager"].median / tc_
 
@@ -167,8 +160,8 @@ def main(argv=None):
                 return "-"
             m, lo, hi = paired_ratio(r, k, "tp compiled")
             return f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
-        rows.append((name, fmt("tp eager"), fmt("tp compiled"), fmt("torch eager"),
-                     fmt("torch.compile") if "torch.compile" in r else "-",
+        rows.append((name, r["tp eager"].ms(), r["tp compiled"].ms(), r["torch eager"].ms(),
+                     r["torch.compile"].ms() if "torch.compile" in r else "-",
                      f"{dec['S']:.2f}", f"{vs_te:.2f}", f"{vs_tc:.2f}", f"{dec['rho']:.2f}",
                      f"{dec['beta_e'] / 1e9:.1f}", f"{dec['beta_c'] / 1e9:.1f}", dec["beta_c"],
                      f"{compile_s:.1f}", paired("torch eager"), paired("torch.compile")))

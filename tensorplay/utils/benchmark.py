@@ -64,6 +64,11 @@ class Stats:
     def ci(self):
         return median_ci(self.sorted)
 
+    def ms(self) -> str:
+        """``median [lo, hi]`` of the 95% CI, in milliseconds (a table cell)."""
+        lo, hi, _ = self.ci
+        return f"{self.median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]"
+
 
 def _sync(sync):
     if sync:
@@ -97,10 +102,7 @@ def comparison_row(name, variants: dict, *, repeats=15, warmup=3, base="tp compi
     median [95% CI] in ms, then t(variant) / t(base) for every other variant (> 1: base is faster).
     ``comparison_headers`` gives the matching column names."""
     r = compare(variants, repeats=repeats, warmup=warmup)
-    cells = [name]
-    for k in variants:
-        lo, hi, _ = r[k].ci
-        cells.append(f"{r[k].median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]")
+    cells = [name] + [r[k].ms() for k in variants]
     cells += [f"{r[k].median / r[base].median:.2f}" for k in variants if k != base]
     return tuple(cells)
 
@@ -154,10 +156,9 @@ def paired_ratio(res: dict, num: str, den: str) -> tuple:
     of one round are adjacent in time, so a drift of the machine's speed during the run (the
     memory bandwidth of a shared host moves +-10-20 %) cancels in each ratio, where it widens the
     ratio of the two medians.  Returns (median, lo, hi)."""
-    xs = sorted(a / b for a, b in zip(res[num].times, res[den].times))
-    lo, hi, _ = median_ci(xs)
-    n = len(xs)
-    return (xs[n // 2] if n % 2 else 0.5 * (xs[n // 2 - 1] + xs[n // 2])), lo, hi
+    s = Stats(f"{num}/{den}", [a / b for a, b in zip(res[num].times, res[den].times)])
+    lo, hi, _ = s.ci
+    return s.median, lo, hi
 
 
 def speedup_decomposition(t_eager, t_compiled, bytes_eager, bytes_compiled):

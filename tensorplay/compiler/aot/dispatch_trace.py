@@ -48,10 +48,13 @@ class DispatchTrace:
     mutated_inputs: list       # placeholder index of each extra output
 
 
+def _empty_meta(d):
+    return torch.empty_strided(d.shape, d.stride(), dtype=d.dtype, device="meta")
+
+
 def meta_like(t) -> Tensor:
     """A tp tensor on the meta device with ``t``'s shape, dtype and strides."""
-    d = t._data if isinstance(t, Tensor) else t
-    return _wrap(torch.empty_strided(d.shape, d.stride(), dtype=d.dtype, device="meta"))
+    return _wrap(_empty_meta(t._data if isinstance(t, Tensor) else t))
 
 
 @contextlib.contextmanager
@@ -116,13 +119,10 @@ def _captured_value(n):
     depends on data (a bool-mask index, masked_select): the capture recorded that shape as a data
     gate, so this graph is only ever run with it (registry.shape_hints)."""
     val = n.meta.get("val")
-
-    def meta(v):
-        return torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta")
     if isinstance(val, torch.Tensor):
-        return lambda: meta(val)
+        return lambda: _empty_meta(val)
     if isinstance(val, (tuple, list)) and all(isinstance(v, torch.Tensor) for v in val):
-        return lambda: type(val)(meta(v) for v in val)
+        return lambda: type(val)(_empty_meta(v) for v in val)
     return None
 
 

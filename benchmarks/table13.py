@@ -11,7 +11,9 @@ Per case, four variants are timed interleaved in one run (§13.1): tp eager, tp 
 ``torch.compile``.  Reported: median [95% CI of the median, Prop. 13.2], S = t(tp eager)/t(compiled),
 S vs torch.compile, the model byte ratio rho (§1.1 counting, the compiled bytes taken from the
 artifact's cost analysis), the effective bandwidths beta_e, beta_c (Def. 13.2) and beta_c as a
-fraction of the measured read bandwidth B.  B is measured as in §13 of the chapter: the row sum
+fraction of the measured read bandwidth B; and the paired ratios vs torch eager / torch.compile,
+the median [95% CI] of the per-round ratios (readings of a round are adjacent in time, so the
+host's drift during the run cancels; ``utils.benchmark.paired_ratio``).  B is measured as in §13 of the chapter: the row sum
 of a 64 MiB tensor (torch eager), one round of 7 readings before every case and one after the last,
 and B = bytes / (the smallest round median) -- a capability parameter takes the minimum over
 repetitions (Prop. 13.1), each repetition summarised by its median like the cases themselves.

@@ -49,7 +49,7 @@ def _check(name, got, want):
 def main(argv=None):
     a = comparison_args(argv, "a 512 x 1024 input (smoke test)")
     t = torch.randn((512 if a.quick else 4096, 1024), generator=torch.Generator().manual_seed(0))
-    pt = tp.from_torch(t.clone())
+    pt = tp.from_torch(t)   # zero-copy: every variant reads the same memory (table13.py says why)
     rows = []
     for name, (f_tp, f_torch) in cases().items():
         cf = tp.compile(f_tp, strict_native=True)

@@ -15,7 +15,11 @@ each way of making it: the call extension (what the wrapper uses), ctypes buildi
 array per call, ctypes filling a preallocated array, ctypes with the pointers as two ``c_void_p``
 arguments wrapped per call (what the Python wrapper does per kernel, ``runtime.ptr``).
 
-    python benchmarks/call_overhead.py [--number 20000] [--repeats 15] [--backend eager] [--mechanisms]
+``--cold`` times one call per reading, each after a pass over four times the last-level cache:
+what a call finds after a kernel that streamed a large tensor (docs/stax.md "Call overhead with
+cold caches").
+
+    python benchmarks/call_overhead.py [--number 20000] [--repeats 15] [--backend eager] [--mechanisms] [--cold]
 """
 from __future__ import annotations
 
@@ -34,6 +38,9 @@ def main(argv=None):
     p.add_argument("--backend", default="stax")
     p.add_argument("--no-torch-compile", action="store_true")
     p.add_argument("--mechanisms", action="store_true", help="time only the ways of calling a C++ entry")
+    p.add_argument("--cold", action="store_true",
+                   help="one call per reading, each after a pass over 4x the last-level cache (what a call "
+                        "finds after a kernel that streamed a large tensor)")
     a = p.parse_args(argv)
     if a.mechanisms:
         return call_mechanisms(a.repeats, a.number)
@@ -46,7 +53,9 @@ def main(argv=None):
     fresh = [tp.from_torch(torch.randn(8)) for _ in range(64)]
     cf = tp.compile(f, backend=a.backend)
     fns = {"tp eager": lambda: f(x), "tp.compile first-level": lambda: cf(x),
-           "tp.compile fresh tensors": _fresh_caller(cf, x, fresh), "torch eager": lambda: f(xt)}
+           "tp.compile fresh tensors": _fresh_caller(tp.compile(f, backend=a.backend), x, fresh),
+           "torch eager": lambda: f(xt)}
+    cf(x)
     if a.backend == "stax":
         fns.update(_cpp_wrapper_variants(f, cf, x, fresh))
     if not a.no_torch_compile:
@@ -56,13 +65,19 @@ def main(argv=None):
             fns["torch.compile"] = lambda: tc(xt)
         except Exception as e:  # noqa: BLE001
             print(f"torch.compile unavailable: {e}")
-    r = compare(fns, repeats=a.repeats, number=a.number, warmup=100)
+    if a.cold:
+        from tensorplay.compiler.backends.stax.choices import _last_level_cache_bytes
+        evict = torch.randn(max(4 * _last_level_cache_bytes(), 64 << 20) // 4)
+        r = compare(fns, repeats=a.repeats, number=1, warmup=100, before=evict.sum)
+    else:
+        r = compare(fns, repeats=a.repeats, number=a.number, warmup=100)
     rows = []
     for k, s in r.items():
         lo, hi, _ = s.ci
         rows.append((k, f"{s.median * 1e6:.2f}", f"[{lo * 1e6:.2f}, {hi * 1e6:.2f}]", f"{s.min * 1e6:.2f}"))
     print(f"machine: {machine_description()}")
-    print(f"f(x) = x * 2 + 1 on 8 float32; {a.repeats} interleaved readings x {a.number} calls; µs per call\n")
+    print(f"f(x) = x * 2 + 1 on 8 float32; {a.repeats} interleaved readings x "
+          + ("1 call after evicting the last-level cache" if a.cold else f"{a.number} calls") + "; µs per call\n")
     print(format_table(rows, ["variant", "median", "95% CI", "min"]))
     for ref, others in (("tp.compile first-level", ("C++ wrapper first-level", "torch eager", "torch.compile")),
                         ("Python wrapper only", ("C++ wrapper only",))):
@@ -119,7 +134,9 @@ def call_mechanisms(repeats, number):
 
 
 def _fresh_caller(cf, x, fresh):
-    """Compile ``cf`` for x (first call) and return a call with a different fresh tensor each time."""
+    """Compile ``cf`` for x (first call) and return a call with a different fresh tensor each time.
+    ``cf`` must be a compiled function of its own: its calls replace its first-level entry, which
+    would make the first-level variant of the same function miss."""
     cf(x)
     cf(fresh[0])
     it = [0]
@@ -143,7 +160,8 @@ def paired_ratio(xs, ys):
 def _cpp_wrapper_variants(f, cf, x, fresh):
     """The C++-wrapper variants, and both generated modules' ``call`` timed directly."""
     cc = tp.compile(f, options={"stax.cpp_wrapper": True})
-    fresh_call = _fresh_caller(cc, x, fresh)
+    cc(x)
+    fresh_call = _fresh_caller(tp.compile(f, options={"stax.cpp_wrapper": True}), x, fresh)
     py_call = cf._cache[0].artifact.module.call
     cpp_call = cc._cache[0].artifact.module.call
     assert "stax_entry0" in cc._cache[0].artifact.source, "the C++ wrapper was not used"

@@ -3,7 +3,10 @@
 The path of one call of a compiled function (fig. 11.1):
 
 1. **first-level entry** (§2.4): the same tensor objects at the same ``_version`` as the last call
-   (and the same grad mode / training flag)?  Call that artifact — nothing else is checked;
+   (and the same grad mode / training flag)?  Call that artifact — nothing else is checked.  In the
+   common case (no module, free values, scalars or input mutation) this is one closure that calls
+   the generated wrapper directly (``_make_fast``): few frames, which matters when the caches are
+   cold (docs/stax.md "Call overhead with cold caches");
 2. **specialization cache** (§2.2–2.3): flatten the inputs; for each cached entry run its guard
    (generated from its key) and replay its data gates; the first entry that passes runs;
 3. **miss**: capture a new specialization (capture/tracer.py), run the front-end passes
@@ -25,7 +28,7 @@ import sys
 import warnings
 import weakref
 
-from .._tensor import Tensor
+from .._tensor import Tensor, _wrap
 from ..autograd import grad_mode
 from .backends.registry import lookup_backend
 from .capture.gates import extract_replay
@@ -107,6 +110,7 @@ def reset():
     """Forget every compiled specialization (in this process)."""
     for cf in list(_ALL):
         cf._cache.clear()
+        cf._fold_fast_hits()
         cf._first = None
 
 
@@ -115,6 +119,9 @@ def _log_recompiles() -> bool:
 
 
 # ---- one cached specialization ----------------------------------------------------------------------
+_MISS = object()   # the fast first-level entry did not match
+
+
 class Entry:
     def __init__(self, lowered, artifact, backend_name):
         self.lowered = lowered
@@ -130,13 +137,30 @@ class Entry:
         self.mutates_inputs = any(n.op == "call_function" and n.opdef is not None and n.opdef.is_inplace
                                   for n in lowered.graph_module.graph.nodes)
         spec, consts = self.out_spec, self.out_consts
+        self._out_form = None    # "one" tensor, a flat "tuple" of tensors, or None (general)
         if spec == "*" and consts == [TENSOR_LEAF]:
-            self._unflatten = lambda outs: outs[0]
+            self._unflatten, self._out_form = (lambda outs: outs[0]), "one"
         elif isinstance(spec, tuple) and spec[0] == "tuple" and all(ch == "*" for ch in spec[2]) \
                 and all(c is TENSOR_LEAF for c in consts):
-            self._unflatten = tuple
+            self._unflatten, self._out_form = tuple, "tuple"
         else:
             self._unflatten = self._general_unflatten
+
+    def fast_runner(self):
+        """``run(args)`` for the first-level fast path, or None: a specialization with no free
+        values, no Python scalar inputs and no input mutation, whose outputs are one tensor or a
+        flat tuple of tensors.  A Stax artifact's wrapper ``call`` (``artifact.direct``) is then
+        called with the torch tensors directly, skipping two frames of Python."""
+        if self.free or self.has_scalars or self.mutates_inputs or self._out_form is None:
+            return None
+        direct = getattr(self.artifact, "direct", None)
+        if direct is None:
+            art, unflatten = self.artifact, self._unflatten
+            return lambda args: unflatten(art(*args))
+        wrap = _wrap
+        if self._out_form == "tuple":
+            return lambda args: tuple([wrap(o) for o in direct([a._data for a in args])])
+        return lambda args: wrap(direct([a._data for a in args])[0])
 
     def free_values(self):
         return [f.get() for f in self.free] if self.free else ()
@@ -181,16 +205,38 @@ class CompiledFunction:
         self.name = name or getattr(fn, "__qualname__", getattr(fn, "__name__", "fn"))
         self._cache: list[Entry] = []
         self._first = None
+        self._fast = None        # (first-level check and run in one closure, its hit count) or None
         self.recompile_reasons: list[list[str]] = []
-        self.counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0}
+        self._counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0}
         functools.update_wrapper(self, fn, updated=())
         _ALL.add(self)
 
+    @property
+    def counters(self) -> dict:
+        """calls, first-level hits (of both first-level paths), cache hits, captures."""
+        c = dict(self._counters)
+        n = self._fast[1][0] if self._fast is not None else 0
+        c["calls"] += n
+        c["first_level_hits"] += n
+        return c
+
     # -- the call path ------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
+        # The fast first-level entry: one closure checks identity, version and grad mode and runs
+        # the artifact.  The few Python frames matter: a call that follows a kernel streaming
+        # 64 MiB finds the interpreter's data evicted from the caches, and every frame costs
+        # main-memory misses (docs/stax.md "Call overhead with cold caches").
+        fast = self._fast
+        if fast is not None and not kwargs:
+            out = fast[0](args)
+            if out is not _MISS:
+                return out
+        return self._call(args, kwargs)
+
+    def _call(self, args, kwargs):
         if self.disable:
             return self.fn(*args, **kwargs)
-        c = self.counters
+        c = self._counters
         c["calls"] += 1
         fl = self._first
         # first-level entry (§2.4): same objects, same versions -> run the artifact directly
@@ -213,7 +259,7 @@ class CompiledFunction:
         return self._slow_call(args, kwargs)
 
     def _first_hit(self, entry, args, free_vals):
-        self.counters["first_level_hits"] += 1
+        self._counters["first_level_hits"] += 1
         out = entry.run([a for a in args if isinstance(a, Tensor)] if entry.has_scalars else args, free_vals)
         if entry.mutates_inputs:  # the artifact bumped input versions: remember the new ones
             self._set_first(args, entry, free_vals)
@@ -222,13 +268,53 @@ class CompiledFunction:
     def _set_first(self, args, entry, free_vals):
         """Remember this call for the first-level entry: tensors by identity and version, other
         flat arguments (Python scalars) by identity."""
+        self._fold_fast_hits()
         if all(isinstance(a, Tensor) or a is None or isinstance(a, (int, float, bool, str)) for a in args):
             self._first = (len(args), args, tuple(a._data._version if isinstance(a, Tensor) else None for a in args),
                            entry, grad_mode._state.enabled,
                            self.module.training if self.module is not None else None,
                            free_vals, tuple(f._data._version for f in free_vals))
+            self._fast = self._make_fast(args, entry)
         else:
             self._first = None
+
+    def _fold_fast_hits(self):
+        """Move the fast path's hit count into the counters (before the fast path changes)."""
+        if self._fast is not None:
+            n = self._fast[1][0]
+            self._counters["calls"] += n
+            self._counters["first_level_hits"] += n
+            self._fast = None
+
+    def _make_fast(self, args, entry):
+        """The fast first-level entry for these arguments, or None when the general first-level
+        path must run (a module, free values, Python scalars, input mutation, complex outputs)."""
+        run = entry.fast_runner() if self.module is None and not self.disable else None
+        if run is None or not all(isinstance(a, Tensor) for a in args):
+            return None
+        objs = tuple(args)
+        datas = tuple(a._data for a in args)
+        vers = tuple(d._version for d in datas)
+        n, enabled, state, hits = len(args), grad_mode._state.enabled, grad_mode._state, [0]
+        if n == 1:
+            (o0,), (d0,), (v0,) = objs, datas, vers
+
+            def fast(args):
+                if len(args) == 1 and args[0] is o0 and o0._data is d0 and d0._version == v0 \
+                        and state.enabled is enabled:
+                    hits[0] += 1
+                    return run(args)
+                return _MISS
+        else:
+            def fast(args):
+                if len(args) == n and state.enabled is enabled:
+                    for a, o, d, v in zip(args, objs, datas, vers):
+                        if a is not o or o._data is not d or d._version != v:
+                            return _MISS
+                    hits[0] += 1
+                    return run(args)
+                return _MISS
+        return fast, hits
 
     def _slow_call(self, args, kwargs):
         leaves, spec = tree_flatten((args, kwargs))
@@ -238,7 +324,7 @@ class CompiledFunction:
             free_vals = entry.free_values()
             why = entry.check(leaves, free_vals, self.module)
             if why is None:
-                self.counters["cache_hits"] += 1
+                self._counters["cache_hits"] += 1
                 out = entry.run(tensors, free_vals)
                 if not kwargs:
                     self._set_first(args, entry, free_vals)
@@ -255,7 +341,7 @@ class CompiledFunction:
         lowered = self._lower(args, kwargs)
         entry = Entry(lowered, self._backend_compile(lowered), self.backend_name)
         self._cache.append(entry)
-        self.counters["captures"] += 1
+        self._counters["captures"] += 1
         if lowered.capture.result is not None or self.options["capture.execute"]:
             result = lowered.capture.result  # the capture run was the first call (execute=True)
         else:

@@ -84,7 +84,7 @@ def time_fn(fn, *, number=1, sync=None):
     return (time.perf_counter() - t0) / number
 
 
-def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=True, seed=0) -> dict:
+def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=True, seed=0, before=None) -> dict:
     """Time each callable ``repeats`` times, interleaved, after ``warmup`` calls each.  ``number``
     calls are averaged inside one reading (for microsecond-scale functions).
 
@@ -93,7 +93,8 @@ def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=Tru
     order a reading always follows the same predecessor, and what that predecessor leaves in the
     caches is part of the reading: for a 64 MiB row sum on a 32 MiB LLC, the same ATen kernel read
     2.46 ms in one place of a fixed round and 2.00 ms in another (2026-11-30).  (Rotating the order
-    is not enough: it keeps every callable's predecessor.)  ``shuffle=False`` keeps the fixed order."""
+    is not enough: it keeps every callable's predecessor.)  ``shuffle=False`` keeps the fixed order.
+    ``before``: called untimed before every reading (e.g. to evict the caches)."""
     import random
     for _ in range(warmup):
         for f in fns.values():
@@ -104,6 +105,8 @@ def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=Tru
     for _ in range(repeats):
         order = rng.sample(items, len(items)) if shuffle else items
         for k, f in order:
+            if before is not None:
+                before()
             res[k].times.append(time_fn(f, number=number, sync=sync))
     return res
 

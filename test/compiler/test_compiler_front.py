@@ -162,6 +162,47 @@ def test_first_level_entry_counters_and_version_check():
     assert cf.counters["first_level_hits"] == 6
 
 
+def test_fast_first_level_entry_checks_identity_version_data_and_grad_mode():
+    """The fast first-level closure (api.CompiledFunction._make_fast) must miss exactly when the
+    general first-level path would, and return what it returns."""
+    cf = tp.compile(lambda x, y: (x * 2 + y, (x - y).sum(-1)), strict_native=True)
+    x, y = rnd(4, 8), rnd(4, 8, seed=1)
+    cf(x, y)
+    assert cf._fast is not None                        # two tensor inputs, a flat tuple of outputs
+    for _ in range(3):
+        a, b = cf(x, y)
+        assert_close(a, x * 2 + y)
+        assert_close(b, (x - y).sum(-1))
+    assert cf.counters["first_level_hits"] == 3 and cf.counters["calls"] == 4
+    x2 = rnd(4, 8, seed=2)                              # another object with the same layout
+    assert_close(cf(x2, y)[0], x2 * 2 + y)
+    assert cf.counters["cache_hits"] == 1 and cf.counters["first_level_hits"] == 3
+    with tp.no_grad():
+        y.mul_(3)                                       # a new version of an input: miss, recheck
+    assert_close(cf(x2, y)[0], x2 * 2 + y)
+    assert cf.counters["cache_hits"] == 2
+    hits = cf._fast[1][0]
+    x2._data = torch.randn(4, 8)                        # the same tp object, new storage: fast path misses
+    assert_close(cf(x2, y)[1], (x2 - y).sum(-1))
+    assert cf._fast[1][0] == hits or cf._fast[1][0] == 0
+    with tp.no_grad():                                  # another grad mode: not the fast path
+        assert_close(cf(x2, y)[0], x2 * 2 + y)
+    assert cf(x2, y) is not None and cf.counters["calls"] == 9 and cf.counters["captures"] >= 1
+    single = tp.compile(lambda x: x.exp(), strict_native=True)
+    single(x)
+    out = single(x)
+    assert isinstance(out, tp.Tensor) and single._fast is not None and single.counters["first_level_hits"] == 1
+    assert_close(out, x.exp())
+    tp.compiler.reset()
+    assert single.counters["first_level_hits"] == 1 and single._fast is None
+    nested = tp.compile(lambda x: {"a": x + 1, "b": (x.max(-1),)})   # dict, namedtuple: general path
+    nested(x)
+    out = nested(x)
+    assert nested._fast is None and nested.counters["first_level_hits"] == 1
+    assert_close(out["a"], x + 1)
+    assert_close(out["b"][0].values, x.max(-1).values)
+
+
 def test_nested_inputs_outputs_kwargs_and_multiple_outputs():
     def f(pair, d, *, scale=1.0):
         a, b = pair

@@ -150,6 +150,7 @@ def _source():
                    f'tp::Vec<{T}>::load(x).storen(y, m); }}\n')
         out.append(f'extern "C" void ld_stream_{s}(const {T}* x, {T}* y) {{ '
                    f'tp::Vec<{T}>::load(x).store_stream(y); tp::stream_fence(); }}\n')
+        out.append(f'extern "C" void ld_split_{s}(const {T}* x, {T}* y) {{ tp::Vec<{T}>::load_split(x).store(y); }}\n')
         out.append(f'extern "C" void ld_strided_{s}(const {T}* x, int64_t st, {T}* y) {{ '
                    f'tp::Vec<{T}>::load_strided(x, st).store(y); }}\n')
         out.append(f'extern "C" void ld_iota_{s}({T} start, {T}* y) {{ tp::Vec<{T}>::iota(start).store(y); }}\n')
@@ -500,6 +501,24 @@ def test_store_stream_any_alignment(lib, s):
         assert np.array_equal(y, x), f"{s} offset {off}"
         rest = np.concatenate([buf[:base + off], buf[base + off + n:]])
         assert np.all(rest == 7), f"{s} offset {off}: wrote outside the vector"
+
+
+@pytest.mark.parametrize("s", ["f32", "f64", "i32", "i64"])
+def test_load_split_reads_the_same_lanes_as_load(lib, s):
+    """load_split (two 32-byte loads per 64-byte chunk on AVX-512, load() elsewhere) gives every
+    lane, NaN payloads and -0.0 included, at every element offset from a 64-byte line."""
+    T, dtype, _ = {**FT, **IT}[s]
+    f = lib.fn(f"ld_split_{s}", None, [ctypes.c_void_p, ctypes.c_void_p])
+    n = lib.lanes
+    per_line = 64 // dtype().itemsize
+    src = np.random.default_rng(5).standard_normal(n + 2 * per_line) * 1000
+    x = src.astype(dtype)
+    if s.startswith("f"):
+        x[1], x[2] = -0.0, np.nan
+    for off in range(per_line + 1):
+        y = np.zeros(n, dtype=dtype)
+        f(x[off:].ctypes.data, y.ctypes.data)
+        assert x[off:off + n].tobytes() == y.tobytes(), f"{s} offset {off}"
 
 
 TABLE_F32 = {   # table-driven float32 functions: (range checked exhaustively, measured worst FMA / no FMA)
@@ -908,6 +927,9 @@ def test_vectorised_in_machine_code(libs, variant, reg):
                                                                               sq["u_sqrt_f64"])
     st = _disassemble(libs[variant], ["ld_stream_f32"])["ld_stream_f32"]
     assert re.search(rf"vmovntdq\s+%{reg}", st) and "sfence" in st, "store_stream: no streaming store"
+    sp = _disassemble(libs[variant], ["ld_split_f32"])["ld_split_f32"]
+    if reg == "zmm":    # two 32-byte loads joined by one insert, not one 64-byte load (choices.split_loads)
+        assert re.search(r"vinsert[if](32x8|64x4)\s+\$0x1,\s*0x20\(", sp) and not re.search(r"vmov\w+\s+\(%\w+\),%zmm", sp), sp
 
 
 # ---------------------------------------------------------------------------------------------

@@ -1,4 +1,10 @@
-"""Block prefetch of a cheap loop's read streams from memory (``choices.prefetch_chunk``).
+"""Block prefetch and split loads of a cheap loop's read streams from memory
+(``choices.prefetch_chunk``, ``choices.split_loads``).
+
+With split loads on (the default), a cheap loop reading from memory loads its streams with
+``Vec::load_split`` (each 64-byte chunk as two 32-byte loads) and gets no block prefetch; with
+``TP_STAX_SPLIT_LOADS=0`` it gets the block prefetch instead.  Both only change how memory is
+read, never a value: results are compared bit for bit with the program compiled without them.
 
 A vector loop that reads one or two streams of buffers at least the last-level cache, stores to no
 large buffer and computes little per element (a row sum or max, ex 1.1) asks for the next chunk of
@@ -28,7 +34,28 @@ def rnd(*shape, seed=0, dtype=torch.float32):
 
 @pytest.fixture
 def all_from_memory(monkeypatch):
+    """Every buffer counts as read from memory; split loads off (the block prefetch path)."""
     monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
+    monkeypatch.setattr(choices, "SPLIT_LOADS", False)
+
+
+@pytest.fixture
+def split_from_memory(monkeypatch):
+    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
+    monkeypatch.setattr(choices, "SPLIT_LOADS", True)
+
+
+def _without_split(f, *args):
+    old = choices.SPLIT_LOADS
+    choices.SPLIT_LOADS = False
+    try:
+        cf = tp.compile(f, strict_native=True)
+        cf(*args)
+        out = cf(*args)
+        assert "load_split" not in _src(cf)
+        return out
+    finally:
+        choices.SPLIT_LOADS = old
 
 
 def _src(cf):
@@ -158,3 +185,58 @@ def test_parallel_loops_over_memory_are_guided_unless_stored_plainly(monkeypatch
     monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1 << 62)
     out, src = compiled(lambda x: x.sum(-1), x)
     assert "#pragma omp parallel for\n" in src and "schedule(" not in src
+
+
+_CHEAP = {"sum": (lambda x: x.sum(-1), 3000), "amax": (lambda x: x.amax(-1), 1),
+          "argmax": (lambda x: x.argmax(-1), 1), "mean of a slice": (lambda x: x[:, 5:2900].mean(-1), 2895),
+          "any": (lambda x: (x > 2.5).any(-1), 1)}
+
+
+@pytest.mark.parametrize("case", [*_CHEAP, "int64 sum", "float64 sum"])
+def test_cheap_row_reductions_split_their_stream_loads(split_from_memory, case):
+    """Every unit-stride load of the stream in the main vector loop (unrolled copies included) is
+    a load_split; no block prefetch; the same bits as 64-byte loads."""
+    x = rnd(24, 3000)
+    if case in _CHEAP:
+        (f, n_red), a = _CHEAP[case], x
+    else:
+        f, n_red, a = (lambda x: x.sum(-1)), 1, rnd(24, 3000, dtype=torch.int64 if "int" in case else torch.float64)
+    out, cf = run_native(f, a, n_red=n_red, scale=float(a.torch().abs().double().sum(-1).max()))
+    src = _src(cf)
+    assert "prefetch_block" not in src
+    start = src.index("for (; rm0 + ")                                    # the main (unrolled) loop
+    main = src[start:src.index("for (; rm0 + VL", start + 1)] if "for (; rm0 + VL" in src[start + 1:] \
+        else src[start:src.index("if (rm0 <")]
+    assert main.count("load_split(arg0") >= 1 and "::load(arg0" not in main, main
+    _same(out, _without_split(f, a))
+
+
+def test_two_streams_split_and_softmax_splits_only_its_first_pass(split_from_memory):
+    import tensorplay.nn.functional as F
+    x, w = rnd(24, 3000), rnd(24, 3000, seed=1)
+
+    def f(x, w):
+        return ((x + w).relu() * 2).sum(-1)
+    out, cf = run_native(f, x, w, n_red=3000, scale=float((x.torch().abs() + w.torch().abs()).double().sum(-1).max() * 2))
+    src = _src(cf)
+    assert "load_split(arg0" in src and "load_split(arg1" in src and "prefetch_block" not in src
+    _same(out, _without_split(f, x, w))
+    s = rnd(16, 1000)
+    out, cf = run_native(lambda x: F.softmax(x, -1), s)
+    src = _src(cf)
+    assert "load_split(" in src and src.index("// phase 0") < src.index("load_split(") < src.index("// phase 1")
+    assert "load_split(" not in src[src.index("// phase 1"):]           # later passes read from cache
+    _same(out, _without_split(lambda x: F.softmax(x, -1), s))
+
+
+@pytest.mark.parametrize("case", ["three streams", "exp in the loop", "store beside the read", "welford"])
+def test_other_loops_do_not_split(split_from_memory, case):
+    x, y = rnd(24, 3000), rnd(24, 3000, seed=1)
+    fns = {"three streams": (lambda x, y: (x * y * x.flip(0)).sum(-1), (x, y), 3000),
+           "exp in the loop": (lambda x: x.exp().sum(-1), (x,), 3000),
+           "store beside the read": (lambda x: x + 1, (x,), 1),
+           "welford": (lambda x: x.var(-1), (x,), 3000)}
+    f, a, n_red = fns[case]
+    scale = float(sum(t.torch().abs().double().exp().sum() for t in a))
+    out, cf = run_native(f, *a, n_red=n_red, scale=scale)
+    assert "load_split" not in _src(cf)

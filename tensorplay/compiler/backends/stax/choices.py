@@ -182,6 +182,28 @@ def stream_stores(nbytes) -> bool:
 PREFETCH_BYTES = int(os.environ.get("TP_STAX_PREFETCH_BYTES", 4096))
 
 
+#: split 64-byte loads of read streams from memory in two (``TP_STAX_SPLIT_LOADS=0`` turns it off)
+SPLIT_LOADS = os.environ.get("TP_STAX_SPLIT_LOADS", "1") != "0"
+
+
+def split_loads() -> bool:
+    """Should a loop that :func:`prefetch_chunk` picks (one or two read streams from memory, no
+    large store, cheap) load its streams with ``Vec::load_split`` -- each 64-byte chunk as two
+    32-byte loads (AVX-512 builds; other widths are unchanged) -- *instead of* the block prefetch?
+
+    Measured on the 2-core AMD EPYC (Zen 4), 8192 x 2048 float32 row sum, hand-written loops,
+    shuffled interleaved rounds on one buffer (2026-11-30): two 64-byte accumulators with 64-byte
+    loads ran 0.89x as fast as torch eager, the same with split loads 1.03-1.05x, plain 32-byte
+    vectors 1.03-1.06x; one thread and two alike.  Why the core streams faster with half-width
+    loads is not established (Zen 4 executes a 64-byte load as two halves; the split form may
+    let more independent line misses be outstanding).  In the generated kernels, split loads
+    against the block prefetch, paired medians of 101 rounds in two runs: row sum 0.975 and 0.969
+    of the time, ex 7.1 0.968 and 0.992, row amax 0.997 and 1.006, ex 1.1 1.000 and 0.993; both
+    together were no better than split loads alone.  Loops that compute more (exp 1.04x the time,
+    ex 7.2 1.045x) or store beside the read (x + 1, 1.015x) lost, so they keep 64-byte loads."""
+    return SPLIT_LOADS
+
+
 #: a loop whose values cost more ops per element than this is compute-bound: no block prefetch
 PREFETCH_MAX_OPS = 8
 #: a loop with more read streams from memory than this gets no block prefetch

@@ -178,8 +178,10 @@ class CppHandler:
         if coeff == 1:
             if self.mode == "tail":
                 return self._emit(f"{vt}::loadn({ptr} + {base}, n)", dtype)
-            if k.stream_loads is not None and k.vec_var is k.prefetch_var:
-                k.stream_loads.setdefault((name, base), dtype)
+            if k.stream_loads is not None:
+                k.vec_loads.add((name, base))    # every unit-stride load of the loop (split_loads)
+                if k.vec_var is k.prefetch_var:
+                    k.stream_loads.setdefault((name, base), dtype)
             return self._emit(f"{vt}::load({ptr} + {base})", dtype)
         return self._emit(f"tp_gather<{CTYPE[dtype]}>({ptr} + {base}, {coeff}, {self._n()})", dtype)
 
@@ -702,6 +704,7 @@ class KernelGen:
         self.stream_loads = None  # while a vector loop is generated: (buffer, C++ index) -> dtype of its
         self.prefetch_var = None  # unit-stride loads in the loop variable ``prefetch_var`` (_prefetch)
         self.large_store = False  # ... and whether it stores to a buffer from_memory
+        self.vec_loads = set()    # ... and every unit-stride (buffer, C++ index) load in it (split_loads)
         self.plain_large_store = False   # the kernel stores to a buffer from_memory without streaming
         self.column = False       # column mode (see _column_mode): lanes = output columns
         self.col_u = 0            # column mode: which vector of the block's columns is generated
@@ -1233,7 +1236,7 @@ class KernelGen:
             yield
             return
         head = len(lines)
-        self.stream_loads, self.prefetch_var, self.large_store = {}, vm, False
+        self.stream_loads, self.prefetch_var, self.large_store, self.vec_loads = {}, vm, False, set()
         try:
             yield
         finally:
@@ -1241,7 +1244,15 @@ class KernelGen:
         big = {key: dt for key, dt in loads.items()
                if key[0] not in earlier and choices.from_memory(self.sched.buffer_bytes(key[0]))}
         chunk = choices.prefetch_chunk(len(big), self.large_store, [n.buf.data for n in nodes])
-        if chunk:
+        if chunk and choices.split_loads():
+            # a cheap loop streaming from memory: every load of its streams at half width, no
+            # block prefetch (choices.split_loads measured both)
+            names = {name for name, _ in big}
+            split = [(n, b) for n, b in self.vec_loads if n in names]
+            for i in range(head, len(lines)):
+                for name, base in split:
+                    lines[i] = lines[i].replace(f"::load({name} + {base})", f"::load_split({name} + {base})")
+        elif chunk:
             calls = " ".join(f"tp::prefetch_block({name} + {base}, {chunk * dt.itemsize});"
                              for (name, base), dt in big.items())
             lines.insert(head, "    " * level + f"if (({vm} & {chunk - 1}) == 0) {{ {calls} }}")

@@ -413,6 +413,25 @@ struct Vec {
         std::memcpy(r.c, p, sizeof(r.c));
         return r;
     }
+    // load() of a read stream from main memory (choices.split_loads): each 64-byte chunk as two
+    // 32-byte loads joined by one lane insert.  The same lanes as load().  On the 2-core AMD EPYC
+    // (Zen 4, which executes a 64-byte load as two halves) a row sum streamed 12-17 % faster this
+    // way than with 64-byte loads, one thread or two; loads from cache gain nothing from it.
+    static TP_INLINE Vec load_split(const T* p) {
+#if defined(__AVX512F__)
+        if constexpr (sizeof(chunk_type) == 64) {
+            Vec r;
+            const char* q = reinterpret_cast<const char*>(p);
+            for (int k = 0; k < nchunks; ++k) {
+                const __m256i lo = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * k));
+                const __m256i hi = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(q + 64 * k + 32));
+                r.c[k] = (chunk_type)_mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1);
+            }
+            return r;
+        }
+#endif
+        return load(p);
+    }
     static TP_INLINE Vec loadn(const T* p, int n) {   // first n lanes, the rest 0
         Vec r;
         for (int k = 0; k < nchunks; ++k)

@@ -46,33 +46,29 @@ def split_from_memory(monkeypatch):
 
 
 def _without_split(f, *args):
-    old = choices.SPLIT_LOADS
-    choices.SPLIT_LOADS = False
-    try:
-        cf = tp.compile(f, strict_native=True)
-        cf(*args)
-        out = cf(*args)
-        assert "load_split" not in _src(cf)
-        return out
-    finally:
-        choices.SPLIT_LOADS = old
+    return _compiled_without("SPLIT_LOADS", False, "load_split", f, *args)
 
 
 def _src(cf):
     return cf._cache[0].artifact.source
 
 
-def _without_prefetch(f, *args):
-    old = choices.PREFETCH_BYTES
-    choices.PREFETCH_BYTES = 0
+def _compiled_without(choice, off, absent, f, *args):
+    """``f(*args)`` compiled with ``choices.<choice> = off``; its source has no ``absent``."""
+    old = getattr(choices, choice)
+    setattr(choices, choice, off)
     try:
         cf = tp.compile(f, strict_native=True)
         cf(*args)
         out = cf(*args)
-        assert "prefetch_block" not in _src(cf)
+        assert absent not in _src(cf)
         return out
     finally:
-        choices.PREFETCH_BYTES = old
+        setattr(choices, choice, old)
+
+
+def _without_prefetch(f, *args):
+    return _compiled_without("PREFETCH_BYTES", 0, "prefetch_block", f, *args)
 
 
 def _same(a, b):

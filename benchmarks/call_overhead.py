@@ -13,7 +13,8 @@ front end).  Ratios are paired: reading i of a variant over reading i of the ref
 ``--mechanisms`` times only the foreign call of the C++ wrapper's entry (two data pointers), by
 each way of making it: the call extension (what the wrapper uses), ctypes building the pointer
 array per call, ctypes filling a preallocated array, ctypes with the pointers as two ``c_void_p``
-arguments wrapped per call (what the Python wrapper does per kernel, ``runtime.ptr``).
+arguments wrapped per call (what the Python wrapper did per kernel until 2026-11-30; it now calls
+each kernel's pointer-array entry through the extension too).
 
 ``--cold`` times one call per reading, each after a pass over four times the last-level cache:
 what a call finds after a kernel that streamed a large tensor (docs/stax.md "Call overhead with
@@ -108,10 +109,13 @@ def call_mechanisms(repeats, number):
     p0, p1 = src.data_ptr(), out.data_ptr()
     fn = getattr(mod.graph_lib, "stax_entry0")
     fn.restype, fn.argtypes = None, [ctypes.c_void_p]
-    cp = tp.compile(lambda x: x * 2 + 1)   # the Python wrapper's kernel0(const float*, float*)
+    cp = tp.compile(lambda x: x * 2 + 1)   # the Python wrapper's kernel0: data pointers as ints
     cp(x)
     cp(x)
-    fn2 = cp._cache[0].artifact.module.kernel0
+    fn_py = cp._cache[0].artifact.module.kernel0
+    from tensorplay.compiler.backends.stax.async_compile import AsyncCompile
+    fn2 = AsyncCompile().cpp('extern "C" void kx(const float* __restrict__ x, float* __restrict__ y) '
+                             '{ for (int i = 0; i < 8; ++i) y[i] = x[i] * 2.0f + 1.0f; }', "kx").result()
     Arr = ctypes.c_void_p * 2
     arr = Arr()
 
@@ -122,6 +126,7 @@ def call_mechanisms(repeats, number):
     fns = {"extension call(entry, p0, p1)": lambda: ext(addr, p0, p1),
            "ctypes, array built per call": lambda: fn(Arr(p0, p1)),
            "ctypes, preallocated array": prealloc,
+           "Python wrapper's kernel0(p0, p1) (extension)": lambda: fn_py(p0, p1),
            "ctypes kernel, two c_void_p per call": lambda: fn2(ctypes.c_void_p(p0), ctypes.c_void_p(p1)),
            "two data_ptr() calls (for scale)": lambda: (src.data_ptr(), out.data_ptr())}
     r = compare(fns, repeats=repeats, number=number, warmup=100)

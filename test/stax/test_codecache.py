@@ -512,6 +512,45 @@ def test_async_compile_errors_name_the_kernel(monkeypatch):
         scope["nosym"].result()
 
 
+_ENTRY_SRC = """
+#include "stax_kernel.h"
+extern "C" void kd(const float* __restrict__ x, float* __restrict__ y, const int64_t* __restrict__ d) {
+    for (int i = 0; i < 4; ++i) {
+        if (d[i] == 0) { tp_report_error("ZeroDivisionError: integer division by zero in kd"); return; }
+        y[i] = x[i] * 2.0f + (float)(100 / d[i]);
+    }
+}
+"""
+
+
+@pytest.mark.parametrize("mechanism", ["extension", "ctypes"])
+def test_async_compile_entry_takes_data_pointers(monkeypatch, mechanism):
+    """``cpp(..., entry=)``: the placeholder resolves to a function of the data pointers as ints
+    that runs the kernel through its pointer-array entry (the Python wrapper's kernel calls); a
+    kernel's run-time error is raised after the call; ctypes when the call extension is missing."""
+    from tensorplay.compiler.backends.stax.codegen import cpp_wrapper
+    import torch
+
+    from tensorplay.compiler.backends.stax.runtime import KernelZeroDivisionError
+    if mechanism == "ctypes":
+        monkeypatch.setattr(cpp_wrapper, "_ext_state", {"call": None})
+    params = {"x": ("float", False), "y": ("float", True), "d": ("int64_t", False)}
+    src = _ENTRY_SRC + f"// {mechanism}\n" + cpp_wrapper.kernel_entry("kd", params)
+    scope = {"kd": ac.AsyncCompile().cpp(src, "kd", entry="kd_entry")}
+    ac.AsyncCompile().wait(scope)
+    x = torch.tensor([1.0, -2.0, 3.5, 0.25])
+    y = torch.zeros(4)
+    d = torch.tensor([1, 3, 7, 50])
+    scope["kd"](x.data_ptr(), y.data_ptr(), d.data_ptr())
+    assert y.tolist() == [102.0, 29.0, 21.0, 2.5]
+    d[2] = 0
+    with pytest.raises(KernelZeroDivisionError, match="division by zero in kd"):
+        scope["kd"](x.data_ptr(), y.data_ptr(), d.data_ptr())
+    d[2] = 7                                           # the error slot was emptied by the raise
+    scope["kd"](x.data_ptr(), y.data_ptr(), d.data_ptr())
+    assert y.tolist() == [102.0, 29.0, 21.0, 2.5]
+
+
 def test_async_compile_synchronous_mode(monkeypatch):
     monkeypatch.setenv("TP_COMPILE_THREADS", "0")
     a = ac.AsyncCompile()

@@ -154,12 +154,18 @@ def test_prefetch_of_a_flat_parallel_reduction_and_size_zero(all_from_memory):
 
 
 def test_parallel_loops_over_memory_are_guided_unless_stored_plainly(monkeypatch):
-    """choices.omp_schedule: parallel loops of a kernel with buffers from memory get
-    ``schedule(guided, 16)`` (a slow thread takes less work); a kernel that writes such a buffer
-    with plain stores, and one whose buffers all fit in cache, keep the static default.  The schedule only decides which thread computes a row: results are bit for bit the
-    same."""
+    """choices.omp_schedule: static by default (no clause); with ``TP_STAX_OMP_SCHEDULE="guided,
+    16"``, parallel loops of a kernel with buffers from memory get ``schedule(guided, 16)`` (a slow
+    thread takes less work), while a kernel that writes such a buffer with plain stores, and one
+    whose buffers all fit in cache, keep the static split.  The schedule only decides which thread
+    computes a row: results are bit for bit the same."""
     import tensorplay.nn.functional as F
     x = rnd(64, 1024)
+    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
+    cf = tp.compile(lambda x: x.sum(-1), strict_native=True)
+    cf(x)
+    assert "schedule(" not in _src(cf) and "#pragma omp parallel for" in _src(cf)   # the default
+    monkeypatch.setattr(choices, "OMP_SCHEDULE", "guided, 16")
 
     def compiled(f, *args):
         cf = tp.compile(f, strict_native=True)

@@ -189,12 +189,12 @@ def test_extern_matmul_with_fused_epilogue():
     out, cf = run_native(lambda a, b: tp.relu(a @ b) * 2 + 1, a, b, n_red=7, scale=None)
     src = cf._cache[0].artifact.source
     assert "extern kernel: matmul" in src
-    assert len(re.findall(r"extern \"C\" void kernel\d+", src)) == 1   # relu, *2, +1: one kernel
+    assert len(re.findall(r"extern \"C\" void kernel\d+\(", src)) == 1   # relu, *2, +1: one kernel
 
 
 # ---- fusion structure (chapter §7) -----------------------------------------------------------------------
 def _kernels(cf):
-    return re.findall(r'extern "C" void (kernel\d+)', cf._cache[0].artifact.source)
+    return re.findall(r'extern "C" void (kernel\d+)\(', cf._cache[0].artifact.source)
 
 
 def test_example_1_1_is_one_kernel_reading_inputs_once():

@@ -145,13 +145,30 @@ def from_memory(nbytes) -> bool:
     return nbytes >= STREAM_STORE_MIN_BYTES
 
 
-#: schedule clause of parallel loops (``TP_STAX_OMP_SCHEDULE``; "static" gives OpenMP's default)
-OMP_SCHEDULE = os.environ.get("TP_STAX_OMP_SCHEDULE", "guided, 16")
+#: schedule clause of parallel loops over memory (``TP_STAX_OMP_SCHEDULE``, e.g. "guided, 16";
+#: "static", the default, gives OpenMP's default static split)
+OMP_SCHEDULE = os.environ.get("TP_STAX_OMP_SCHEDULE", "static")
 
 
 def omp_schedule(from_memory_buffers, plain_large_store) -> str:
-    """The ``schedule(...)`` clause of a kernel's parallel loops (Alg. 8.1 decides which loops).
-    ``guided, 16`` for a kernel that reads or writes a buffer from memory (``from_memory_buffers``):
+    """The ``schedule(...)`` clause of a kernel's parallel loops (Alg. 8.1 decides which loops):
+    none by default (OpenMP's static split: each thread one contiguous block of rows).
+
+    Until 2026-11-30 the default was ``guided, 16`` for a kernel that reads or writes a buffer
+    from memory, chosen on the measurements below.  Those were taken with two biases since removed
+    from the benchmarks (a fixed order of the variants in each round, and tp reading a copy of
+    torch's input).  Under the fair protocol (shuffled rounds, one buffer; both with split loads),
+    static against guided, t(static)/t(guided) as the quotient of the two paired medians against
+    one reference, 41 rounds, two runs: row sum
+    1.01 and 0.96, row amax 0.97 and 1.00, ex 7.1 0.97 and 1.01, ex 1.1 1.03 and 1.00, exp 1.03 and
+    1.00, ex 7.2 1.01 and 1.02, five-op softmax 0.97 and 0.99 -- a tie.  But when the host's LLC
+    served much of a 64 MiB input (torch eager's row sum at 0.78 ms), static row sums kept pace with
+    torch eager and guided ones did not.  Two such runs, time relative to guided loops with the
+    block prefetch: static with split loads 0.78 and 0.72, guided with split loads 1.01 and 0.88,
+    torch eager 0.78 and 0.80.  In that state the table's row reductions, with guided loops, ran
+    at 0.65-0.76x of torch eager.
+
+    With ``TP_STAX_OMP_SCHEDULE="guided, 16"`` the former rule applies:
     each thread takes a chunk of half the remaining iterations divided by the thread count (at
     least 16), so a thread that runs slower (a vCPU shared with other tenants) or starts late gets
     less work, where the default static split makes the whole kernel wait for it.  Static for the

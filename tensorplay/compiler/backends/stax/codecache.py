@@ -782,6 +782,8 @@ def clear_memo() -> None:
     _modules.clear()
     _compiler_version.cache_clear()
     _detect_isa.cache_clear()
+    from .codegen import cpp_wrapper   # the call extension is a loaded library too
+    cpp_wrapper._ext_state.clear()
 
 
 def _after_fork_in_child() -> None:  # a lock held by another thread at fork() stays held

@@ -6,7 +6,7 @@ import sys
 
 import torch
 
-__all__ = ["assert_size_stride", "empty_strided", "take", "stash", "ptr", "reinterpret", "as_layout", "KernelZeroDivisionError",
+__all__ = ["assert_size_stride", "take", "stash", "reinterpret", "as_layout", "KernelZeroDivisionError",
            "checked_kernel"]
 
 
@@ -43,10 +43,6 @@ def assert_size_stride(t, size, stride, offset=None, name="input"):
                              f"got size {tuple(t.shape)} stride {tuple(t.stride())}")
 
 
-def empty_strided(size, stride, dtype):
-    return torch.empty_strided(size, stride, dtype=dtype)
-
-
 def take(spare, name, size, stride, dtype):
     """``name``'s buffer: the one a previous call of this wrapper left in ``spare`` (same plan, so
     same layout), else a new one.  Reusing it across calls saves the page faults of fresh memory
@@ -74,11 +70,6 @@ def stash(spare, name, t):
     holds the tensor (as many references as a tensor held by one variable of its caller)."""
     if sys.getrefcount(t) == _LONE and torch._C._storage_Use_Count(t.untyped_storage()._cdata) == 2:
         spare[name] = t
-
-
-def ptr(t):
-    """A tensor's data pointer as a C ``void*`` (ctypes would truncate a bare int to 32 bits)."""
-    return ctypes.c_void_p(t.data_ptr())
 
 
 def reinterpret(t, size, stride, offset):

@@ -61,7 +61,7 @@ import warnings
 from ..async_compile import AsyncCompile
 
 __all__ = ["generate_cpp_wrapper", "submit_call_extension", "bind_entries", "load_call_extension",
-           "static_kernel"]
+           "static_kernel", "kernel_entry"]
 
 _EXT_NAME = "tp_stax_call"
 
@@ -130,8 +130,9 @@ def static_kernel(src: str, name: str) -> str:
 class _Segment:
     """Consecutive Stax kernels between two extern calls: one ``stax_entryN``."""
 
-    def __init__(self, index):
+    def __init__(self, index, entry=None):
         self.index = index
+        self.entry = entry or f"stax_entry{index}"   # the C name of the entry
         self.slots: dict[str, int] = {}   # Python variable -> index in the pointer array
         self.calls: list[str] = []        # C++ lines of the entry body
 
@@ -144,7 +145,7 @@ class _Segment:
         self.calls.append(f"    {kname}({', '.join(args)});")
 
     def cpp(self) -> str:
-        return "\n".join([f'extern "C" void stax_entry{self.index}(void* const* p) {{', "    (void)p;",
+        return "\n".join([f'extern "C" void {self.entry}(void* const* p) {{', "    (void)p;",
                           *self.calls, "}"])
 
     def py_call(self) -> str:
@@ -152,18 +153,22 @@ class _Segment:
         return f"    _call(_entry{self.index}{ptrs})"
 
 
+def kernel_entry(kname, params) -> str:
+    """``extern "C" void <kname>_entry(void* const* p)``: kernel ``kname`` called on an array of
+    data pointers, the form the call extension runs (the Python wrapper appends it to every
+    kernel's source; AsyncCompile.cpp(..., entry=))."""
+    seg = _Segment(0, entry=f"{kname}_entry")
+    seg.add_kernel(kname, params)
+    return seg.cpp()
+
+
 def generate_cpp_wrapper(graph, sched, kernels) -> tuple[str, set]:
     """Like :func:`codegen.wrapper.generate_wrapper` (same arguments, same result), but the
     kernels are compiled as one translation unit and run through one entry per segment."""
-    from .wrapper import BufferPlan, _ref, _tuple, generate_wrapper, unpack_args  # (ir imports sympy)
+    from .wrapper import BufferPlan, _ref, allocation, generate_wrapper, input_checks, unpack_args  # (ir imports sympy)
     if not kernels:
         return generate_wrapper(graph, sched, kernels)
-    body = unpack_args(graph)
-    for b in graph.inputs:
-        lay = b.layout
-        size, stride = _tuple(lay.size), _tuple(lay.stride)
-        body.append(f"    if {b.name}.size() != {size} or {b.name}.stride() != {stride}:")
-        body.append(f"        assert_size_stride({b.name}, {size}, {stride}, {lay.offset}, '{b.name}')")
+    body = unpack_args(graph) + input_checks(graph)
     for c in graph.constants:
         body.append(f"    {c} = constants['{c}']")
     plan = BufferPlan(graph, sched)
@@ -192,7 +197,7 @@ def generate_cpp_wrapper(graph, sched, kernels) -> tuple[str, set]:
                     body.append(f"    {name} = {old}  # reuse")
                     pending_del.append(old)
                 else:
-                    body.append(f"    {name} = _empty({_tuple(lay.size)}, {_tuple(lay.stride)}, dtype={lay.dtype})")
+                    body.append(allocation(name, lay))
             if seg is None:
                 seg = _Segment(len(segments))
             seg.add_kernel(kname, params)

@@ -19,7 +19,10 @@ and B = bytes / (the smallest round median) -- a capability parameter takes the 
 repetitions (Prop. 13.1), each repetition summarised by its median like the cases themselves.
 Each reading of B starts with the last-level cache evicted (see ``bandwidth_round``): B is the
 main-memory read bandwidth the 64-128 MiB cases are bound by, not a rate the LLC partly serves.
-``beta_c/B adj`` divides by the better of the two rounds taken just before and just after the case
+``beta_c/B in-round`` goes further, for ex 1.1 (the target's case; inputs of more than twice the
+LLC, which the eviction before B's probe cannot disturb): B's probe (an evicted-cache row sum of
+64 MiB) is one more variant of the case's own shuffled rounds, and each round gives beta_c / B from
+its two readings; the column is their median [95% CI].  ``beta_c/B adj`` divides by the better of the two rounds taken just before and just after the case
 instead: the host's bandwidth moves by up to 2x during a run (round medians of 24-46 GB/s), and a
 case timed in a slow stretch is then compared with the bandwidth of that stretch.
 
@@ -50,8 +53,9 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
-from tensorplay.utils.benchmark import (compare, format_table, machine_description, paired_ratio, speedup_decomposition,
-                                       torch_variants)
+from tensorplay.compiler.backends.stax.choices import _last_level_cache_bytes
+from tensorplay.utils.benchmark import (Stats, compare, format_table, machine_description, paired_ratio,
+                                       speedup_decomposition, torch_variants)
 
 
 def five_op_softmax(x, lib):
@@ -95,7 +99,6 @@ def bandwidth_round(readings=7):
     Main-memory traffic must dominate what is measured (chapter §13.5, construct validity)."""
     global _BW_X, _EVICT
     if _BW_X is None:
-        from tensorplay.compiler.backends.stax.choices import _last_level_cache_bytes
         _BW_X = torch.randn(8192, 2048)
         _EVICT = torch.randn(max(4 * _last_level_cache_bytes(), 64 << 20) // 4)
     x = _BW_X
@@ -160,7 +163,15 @@ def main(argv=None):
         # (torch_variants resets dynamo: one f_torch per case never meets its recompile limit)
         variants = {"tp eager": lambda: f_tp(*pins), "tp compiled": lambda: cf(*pins),
                     **torch_variants(f_torch, *tins, torch_compile=not a.no_torch_compile)}
-        r = compare(variants, repeats=a.repeats, warmup=a.warmup)
+        # B's probe in the case's own rounds, where the LLC eviction before it cannot change the
+        # other readings: inputs of more than twice the LLC (ex 1.1) never stay in it anyway
+        probe = sum(t.numel() * t.element_size() for t in tins) > 2 * _last_level_cache_bytes()
+        if probe:
+            variants["B probe"] = lambda: _BW_X.sum(-1)
+        r = compare(variants, repeats=a.repeats, warmup=a.warmup, before={"B probe": _EVICT.sum})
+        # beta_c / B per round: (comp_bytes / t_c) / (probe bytes / t_probe), both read in one round
+        frac = Stats("beta_c/B", [comp_bytes / tc * tb / (_BW_X.numel() * 4)
+                                  for tc, tb in zip(r["tp compiled"].times, r["B probe"].times)]) if probe else None
         te, tc_ = r["tp eager"].median, r["tp compiled"].median
         eb = eager_elems * 4
         dec = speedup_decomposition(te, tc_, eb, comp_bytes)
@@ -177,7 +188,8 @@ def main(argv=None):
                      r["torch.compile"].ms() if "torch.compile" in r else "-",
                      f"{dec['S']:.2f}", f"{vs_te:.2f}", f"{vs_tc:.2f}", f"{dec['rho']:.2f}",
                      f"{dec['beta_e'] / 1e9:.1f}", f"{dec['beta_c'] / 1e9:.1f}", dec["beta_c"],
-                     f"{compile_s:.1f}", paired("torch eager"), paired("torch.compile")))
+                     f"{compile_s:.1f}", paired("torch eager"), paired("torch.compile"),
+                     f"{frac.median:.0%} [{frac.ci[0]:.0%}, {frac.ci[1]:.0%}]" if frac else "-"))
         del cf, variants
     rounds.append(bandwidth_round())
     cold = [c for c, _ in rounds]
@@ -190,7 +202,7 @@ def main(argv=None):
           f"round medians {min(warm) / 1e9:.1f}-{max(warm) / 1e9:.1f} GB/s\n")
     headers = ["case", "tp eager", "tp compiled", "torch eager", "torch.compile", "S", "vs torch eager",
                "vs torch.compile", "rho", "beta_e GB/s", "beta_c GB/s", "beta_c/B", "compile s",
-               "paired vs torch eager", "paired vs torch.compile"]
+               "paired vs torch eager", "paired vs torch.compile", "beta_c/B in-round"]
     headers.insert(headers.index("beta_c/B") + 1, "beta_c/B adj")
     col = headers.index("beta_c/B")     # rows hold beta_c there until B is known
     # B adj: the better of the two rounds measured just before and just after the case (the host's
@@ -200,7 +212,9 @@ def main(argv=None):
     print(format_table(rows, headers))
     print("\nS = t(tp eager)/t(tp compiled); 'vs X' = t(X)/t(tp compiled) (> 1: Stax is faster); "
           "rho = model bytes eager / compiled; beta = model bytes / median time; 'paired vs X' = median "
-          "[95% CI] of the per-round ratios t(X)/t(tp compiled) (readings of a round are adjacent in time).")
+          "[95% CI] of the per-round ratios t(X)/t(tp compiled) (readings of a round are adjacent in time); "
+          "'beta_c/B adj': B of the rounds just before and after the case; 'beta_c/B in-round': median [95% CI] "
+          "over the rounds of beta_c / B with B's probe read in the same round as tp compiled.")
     return rows
 
 

@@ -94,7 +94,8 @@ def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=Tru
     caches is part of the reading: for a 64 MiB row sum on a 32 MiB LLC, the same ATen kernel read
     2.46 ms in one place of a fixed round and 2.00 ms in another (2026-11-30).  (Rotating the order
     is not enough: it keeps every callable's predecessor.)  ``shuffle=False`` keeps the fixed order.
-    ``before``: called untimed before every reading (e.g. to evict the caches)."""
+    ``before``: called untimed before every reading (e.g. to evict the caches), or a dict
+    {name: callable} for some of the callables only."""
     import random
     for _ in range(warmup):
         for f in fns.values():
@@ -105,8 +106,9 @@ def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=Tru
     for _ in range(repeats):
         order = rng.sample(items, len(items)) if shuffle else items
         for k, f in order:
-            if before is not None:
-                before()
+            b = before.get(k) if isinstance(before, dict) else before
+            if b is not None:
+                b()
             res[k].times.append(time_fn(f, number=number, sync=sync))
     return res
 

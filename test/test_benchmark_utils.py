@@ -45,3 +45,15 @@ def test_paired_ratio_cancels_a_common_drift():
     m, lo, hi = paired_ratio(res, "a", "b")
     assert (m, lo, hi) == (2.0, 2.0, 2.0)
     assert res["a"].median / res["b"].median == 2.0 and res["a"].ci[1] / res["b"].ci[0] > 2.5
+
+
+def test_compare_before_runs_untimed_before_each_reading():
+    import time
+    log = []
+    fns = {"A": lambda: log.append("A"), "B": lambda: log.append("B")}
+    res = compare(fns, repeats=6, warmup=0, before={"B": lambda: (log.append("evict"), time.sleep(0.02))})
+    assert log.count("evict") == 6 and all(log[i + 1] == "B" for i, x in enumerate(log) if x == "evict")
+    assert max(res["B"].times) < 0.015                     # the sleep before B is not in its readings
+    log.clear()
+    compare(fns, repeats=3, warmup=0, before=lambda: log.append("x"))
+    assert log.count("x") == 6 and log[::2] == ["x"] * 6

@@ -90,12 +90,14 @@ if hasattr(os, "register_at_fork"):
 class CppKernelFuture:
     """Placeholder for a kernel being compiled; :meth:`result` gives the ctypes function."""
 
-    __slots__ = ("name", "source", "isa", "_future", "_fn", "extra", "whole", "entry")
+    __slots__ = ("name", "source", "isa", "_future", "_fn", "extra", "whole", "entry", "_ext")
 
-    def __init__(self, name: str, source: str, isa: str, future: Future, extra=(), whole=False, entry=None):
+    def __init__(self, name: str, source: str, isa: str, future: Future, extra=(), whole=False, entry=None,
+                 ext=None):
         self.name, self.source, self.isa, self._future, self._fn = name, source, isa, future, None
         self.extra, self.whole = tuple(extra), whole   # whole: resolve to the library itself
         self.entry = entry    # an entry on a pointer array: resolve to a call of it with data pointers
+        self._ext = ext       # the call extension's load, submitted next to the kernel's build
 
     def done(self) -> bool:
         return self._future.done()
@@ -123,7 +125,7 @@ class CppKernelFuture:
             import functools
 
             from .codegen.cpp_wrapper import bind_entries
-            call, (entry,) = bind_entries(lib, None, (self.entry,), checked="tp_report_error(" in self.source)
+            call, (entry,) = bind_entries(lib, self._ext, (self.entry,), checked="tp_report_error(" in self.source)
             self._fn = functools.partial(call, entry)
             return self._fn
         try:
@@ -162,6 +164,10 @@ class AsyncCompile:
         also defines ``extern "C" void <entry>(void* const* p)`` (codegen.cpp_wrapper.kernel_entry)
         and the placeholder resolves to a function of the data pointers as ints that calls it."""
         isa = codecache.cpu_isa()  # resolved here, once, not by racing workers
+        ext = None
+        if entry is not None:   # the call extension builds (first time only) while the kernel does
+            from .codegen.cpp_wrapper import submit_call_extension
+            ext = self._ext = self._ext if getattr(self, "_ext", None) is not None else submit_call_extension(self)
         fut: Future = Future()
         n = compile_threads()
         if n == 0:
@@ -169,7 +175,7 @@ class AsyncCompile:
                 fut.set_result(codecache.load_cpp(source, isa, extra))
             except BaseException as e:  # noqa: BLE001 - re-raised just below with the name
                 fut.set_exception(e)
-            ph = CppKernelFuture(name, source, isa, fut, extra, whole, entry)
+            ph = CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)
             ph.result()  # synchronous mode: raise now, at the kernel's line in the wrapper
             return ph
         key = codecache.cpp_key(source, isa, extra)
@@ -179,7 +185,7 @@ class AsyncCompile:
             fut.set_result(lib)
         else:
             fut = _get_pool(n).submit(codecache.load_cpp, source, isa, extra)
-        return CppKernelFuture(name, source, isa, fut, extra, whole, entry)
+        return CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)
 
     def cpp_library(self, source: str, label: str, *, extra=()) -> CppKernelFuture:
         """Like :meth:`cpp`, but :meth:`wait` puts the loaded library (a ``ctypes.CDLL``) in

@@ -88,7 +88,9 @@ if hasattr(os, "register_at_fork"):
 
 
 class CppKernelFuture:
-    """Placeholder for a kernel being compiled; :meth:`result` gives the ctypes function."""
+    """Placeholder for a kernel being compiled; :meth:`result` gives the ctypes function (with
+    ``entry``: a function of the data pointers as ints that runs the entry; with ``whole``: the
+    library)."""
 
     __slots__ = ("name", "source", "isa", "_future", "_fn", "extra", "whole", "entry", "_ext")
 
@@ -166,8 +168,10 @@ class AsyncCompile:
         isa = codecache.cpu_isa()  # resolved here, once, not by racing workers
         ext = None
         if entry is not None:   # the call extension builds (first time only) while the kernel does
-            from .codegen.cpp_wrapper import submit_call_extension
-            ext = self._ext = self._ext if getattr(self, "_ext", None) is not None else submit_call_extension(self)
+            if getattr(self, "_ext", None) is None:
+                from .codegen.cpp_wrapper import submit_call_extension
+                self._ext = submit_call_extension(self)
+            ext = self._ext
         fut: Future = Future()
         n = compile_threads()
         if n == 0:

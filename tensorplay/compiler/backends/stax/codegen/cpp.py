@@ -1225,9 +1225,10 @@ class KernelGen:
     @contextlib.contextmanager
     def _prefetch(self, vm, nodes, earlier, lines, level, active=True):
         """Context around the generation of a vector loop's body (appended to ``lines`` after the
-        loop header): records the body's unit-stride loads in ``vm``, then inserts at the head of
-        the body, when choices.prefetch_chunk asks for it, one block prefetch per read stream from
-        memory every ``chunk`` elements::
+        loop header): records the body's unit-stride loads.  When choices.prefetch_chunk picks the
+        loop, either every load of its read streams from memory becomes ``load_split``
+        (choices.split_loads, the default), or it inserts at the head of the body one block
+        prefetch per read stream every ``chunk`` elements::
 
             if ((rm0 & 511) == 0) { tp::prefetch_block(arg0 + (rm0 + 2048 * xm0), 2048); ... }
 

@@ -150,6 +150,8 @@ def _source():
                    f'tp::Vec<{T}>::load(x).storen(y, m); }}\n')
         out.append(f'extern "C" void ld_stream_{s}(const {T}* x, {T}* y) {{ '
                    f'tp::Vec<{T}>::load(x).store_stream(y); tp::stream_fence(); }}\n')
+        out.append(f'extern "C" void ld_streamn_{s}(const {T}* x, int m, {T}* y) {{ '
+                   f'tp::Vec<{T}>::load(x).storen_stream(y, m); tp::stream_fence(); }}\n')
         out.append(f'extern "C" void ld_split_{s}(const {T}* x, {T}* y) {{ tp::Vec<{T}>::load_split(x).store(y); }}\n')
         out.append(f'extern "C" void ld_strided_{s}(const {T}* x, int64_t st, {T}* y) {{ '
                    f'tp::Vec<{T}>::load_strided(x, st).store(y); }}\n')
@@ -501,6 +503,27 @@ def test_store_stream_any_alignment(lib, s):
         assert np.array_equal(y, x), f"{s} offset {off}"
         rest = np.concatenate([buf[:base + off], buf[base + off + n:]])
         assert np.all(rest == 7), f"{s} offset {off}: wrote outside the vector"
+
+
+@pytest.mark.parametrize("s", ["f32", "f64", "i32", "i64"])
+def test_storen_stream_any_count_and_alignment(lib, s):
+    """storen_stream(p, m) writes exactly the first m lanes (what storen writes) for every m and
+    every element offset from a 64-byte line -- streamed where the m lanes are whole aligned
+    pieces, plainly elsewhere -- and nothing around them."""
+    T, dtype, _ = {**FT, **IT}[s]
+    f = lib.fn(f"ld_streamn_{s}", None, [ctypes.c_void_p, ctypes.c_int, ctypes.c_void_p])
+    n = lib.lanes
+    x = (np.random.default_rng(4).standard_normal(n) * 1000).astype(dtype)
+    per_line = 64 // dtype().itemsize
+    for off in range(per_line + 1):
+        for m in range(-1, n + 1):
+            buf = np.full(n + 2 * per_line + 16, 7, dtype=dtype)
+            base = (-buf.ctypes.data % 64) // dtype().itemsize
+            f(x.ctypes.data, m, buf[base + off:].ctypes.data)
+            k = max(m, 0)
+            assert np.array_equal(buf[base + off: base + off + k], x[:k]), f"{s} offset {off} m {m}"
+            rest = np.concatenate([buf[:base + off], buf[base + off + k:]])
+            assert np.all(rest == 7), f"{s} offset {off} m {m}: wrote outside the first m lanes"
 
 
 @pytest.mark.parametrize("s", ["f32", "f64", "i32", "i64"])
@@ -925,8 +948,13 @@ def test_vectorised_in_machine_code(libs, variant, reg):
     sq = _disassemble(libs[variant], ["u_sqrt_f32", "u_sqrt_f64"])
     assert re.search(rf"vsqrtps\s+.*%{reg}", sq["u_sqrt_f32"]) and re.search(rf"vsqrtpd\s+.*%{reg}",
                                                                               sq["u_sqrt_f64"])
-    st = _disassemble(libs[variant], ["ld_stream_f32"])["ld_stream_f32"]
-    assert re.search(rf"vmovntdq\s+%{reg}", st) and "sfence" in st, "store_stream: no streaming store"
+    st = _disassemble(libs[variant], ["ld_stream_f32", "ld_streamn_f32"])
+    for sym, body in st.items():   # streamed straight from the register, no detour through the stack
+        assert re.search(rf"vmovntdq\s+%{reg}", body) and "sfence" in body, f"{sym}: no streaming store"
+        assert not re.search(rf"vmov\w+\s+%{reg}\d+,\s*-?(0x[0-9a-f]+)?\(%rsp\)", body), f"{sym}: spills the vector\n{body}"
+    if reg == "zmm":    # p * 2^n in one vscalefps (detail::ldexp_split), the clamp as max + min
+        ex = _disassemble(libs[variant], ["u_exp_f32"])["u_exp_f32"]
+        assert "vscalefps" in ex and "vmaxps" in ex and "vminps" in ex, ex
     sp = _disassemble(libs[variant], ["ld_split_f32"])["ld_split_f32"]
     if reg == "zmm":    # two 32-byte loads joined by one insert, not one 64-byte load (choices.split_loads)
         assert re.search(r"vinsert[if](32x8|64x4)\s+\$0x1,\s*0x20\(", sp) and not re.search(r"vmov\w+\s+\(%\w+\),%zmm", sp), sp

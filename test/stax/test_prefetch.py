@@ -171,9 +171,9 @@ def test_parallel_loops_over_memory_are_guided_unless_stored_plainly(monkeypatch
         cf = tp.compile(f, strict_native=True)
         cf(*args)
         return cf(*args), _src(cf)
-    plain = lambda x: F.softmax(x, -1)         # noqa: E731  rows of 1000: not line-aligned, no streaming
+    plain = lambda x: F.softmax(x, -1)         # noqa: E731  rows of 1001: off the 32-byte piece grid, no streaming
     for f, a, guided in ((lambda x: x.sum(-1), x, True), (lambda x: x + 1, x, True),
-                         (lambda x: x / x.sum(-1, keepdim=True), x, True), (plain, rnd(64, 1000), False)):
+                         (lambda x: x / x.sum(-1, keepdim=True), x, True), (plain, rnd(64, 1001), False)):
         monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)       # every buffer "from memory"
         out, src = compiled(f, a)
         pragmas = re.findall(r"#pragma omp (?:parallel )?for[^\n]*", src)

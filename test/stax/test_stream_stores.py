@@ -6,8 +6,8 @@ closing barrier, and the kernel fences once more at its end.  The tests lower th
 byte so that small tensors take the streaming path, and check every kernel shape of the code
 generator (row kernels, reductions with a broadcast phase, the parallel vector loop of purely
 elementwise kernels, serial kernels) against eager under the error model and bit for bit against
-the same program compiled with plain stores; rows that end mid-line, slices off the line and column
-mode keep plain stores.
+the same program compiled with plain stores; rows that end inside a 32-byte piece, slices off the
+piece grid and column mode keep plain stores.
 """
 import re
 
@@ -81,12 +81,32 @@ def test_row_kernels(stream_all):
         _check(lambda x: F.layer_norm(x, (shape[1],)), x, n_red=shape[1], parallel=par, scale=1.0)
 
 
-@pytest.mark.parametrize("shape", [(256, 1000), (97, 13)])
-def test_rows_ending_mid_line_keep_plain_stores(stream_all, shape):
-    """A row that ends mid-line has a masked (plain) tail store next to the following row's head:
-    such stores stay plain (choices + KernelGen._streamable)."""
+@pytest.mark.parametrize("shape", [(256, 1004), (97, 13)])
+def test_rows_ending_mid_piece_keep_plain_stores(stream_all, shape):
+    """A row that ends inside a 32-byte piece has a plain tail store sharing a line with the
+    following row's head: such stores stay plain (choices.STREAM_PIECE_BYTES, KernelGen._streamable)."""
     x = rnd(*shape)
     _, cf = run_native(lambda x: F.softmax(x, -1), x, n_red=shape[1])
+    assert "store_stream" not in _src(cf)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+def test_rows_of_whole_pieces_stream_their_tails(stream_all, dtype):
+    """Rows of 1000 floats (4000 bytes: whole 32-byte pieces, every other row starting mid-line)
+    stream every store, the row's masked tail too (storen_stream), so no line mixes plain and
+    streaming stores; results equal the plain-store build bit for bit."""
+    cols = 1000 if dtype == torch.float32 else 500
+    x = rnd(64, cols, dtype=dtype)
+    src = _check(lambda x: F.softmax(x, -1), x, n_red=cols, parallel=64 * cols >= choices.PARALLEL_MIN_WORK)
+    if re.search(r"rm0 < %d\)" % cols, src):   # the vector width leaves a tail
+        assert ".storen_stream(buf" in src, src
+    assert not re.search(r"\.storen\(buf", src), src
+
+
+def test_piece_rule_of_64_bytes_keeps_mid_line_rows_plain(stream_all, monkeypatch):
+    """TP_STAX_STREAM_PIECE_BYTES=64 (the old rule): rows that start mid-line keep plain stores."""
+    monkeypatch.setattr(choices, "STREAM_PIECE_BYTES", 64)
+    _, cf = run_native(lambda x: F.softmax(x, -1), rnd(64, 1000), n_red=1000)
     assert "store_stream" not in _src(cf)
 
 

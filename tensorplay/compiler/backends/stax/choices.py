@@ -56,6 +56,10 @@ def _last_level_cache_bytes(default=32 << 20) -> int:
 #: ``TP_STAX_STREAM_MIN_BYTES`` overrides it (a huge value turns streaming off)
 STREAM_STORE_MIN_BYTES = int(os.environ.get("TP_STAX_STREAM_MIN_BYTES", 0)) or _last_level_cache_bytes()
 
+#: streaming stores must cover every line alone: stores and rows start on multiples of this many
+#: bytes (``TP_STAX_STREAM_PIECE_BYTES``; 64 keeps rows that start mid-line plain)
+STREAM_PIECE_BYTES = int(os.environ.get("TP_STAX_STREAM_PIECE_BYTES", 32))
+
 
 def price(loops) -> CountingHandler:
     """Count ops/loads/transcendental calls of one element of an unrealized value."""

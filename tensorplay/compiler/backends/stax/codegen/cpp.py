@@ -1310,27 +1310,28 @@ class KernelGen:
         return out
 
     def _streamable(self, target, expr, dtype):
-        """Write this store with streaming stores?  choices.stream_stores decides by size; it must
-        also be line-aligned: every vector store starts on a 64-byte line (given a line-aligned
-        buffer) and no masked tail ends a row mid-line except the very last.  A line that a plain
-        store (a row's tail) brings into cache and a streaming store (the next row's head) then
-        writes costs more than the streaming saves (16384 x 1000 softmax: 1.4x slower)."""
+        """Write this store with streaming stores?  choices.stream_stores decides by size; the
+        stores must also cover every line with streaming stores only: each vector store and each
+        row starts on a ``choices.STREAM_PIECE_BYTES`` boundary (given a line-aligned buffer), so
+        the row's tail is whole pieces too and streams (``storen_stream``).  A line that a plain
+        store brings into cache and a streaming store then writes costs more than the streaming
+        saves (16384 x 1000 softmax with plain row tails beside streamed heads: 1.4x slower)."""
         if self.column or target in self.scratch.values() or not choices.stream_stores(self.sched.buffer_bytes(target)):
             return False
-        line = max(1, 64 // dtype.itemsize)
+        piece = max(1, choices.STREAM_PIECE_BYTES // dtype.itemsize)
         e = sympy.expand(expr)
         loops = self.outer_loops + self.inner_loops[:-1]
-        if loops and int(self.inner_loops[-1][1]) % line:
-            return False   # rows end mid-line: a masked tail per row
+        if loops and int(self.inner_loops[-1][1]) % piece:
+            return False   # rows end mid-piece: a plain tail per row
         for sym in e.free_symbols:
-            if sym != self.vec_var and sympy.diff(e, sym) % line != 0:
+            if sym != self.vec_var and sympy.diff(e, sym) % piece != 0:
                 return False
-        return e.subs({sym: 0 for sym in e.free_symbols}) % line == 0
+        return e.subs({sym: 0 for sym in e.free_symbols}) % piece == 0
 
     def _store(self, target, expr, v, mode, dtype):
         coeff = self.inner_coeff(expr) if self.vec_var is not None else 0
         base = cexpr(expr)
-        stream = mode == "vec" and coeff == 1 and dtype != torch.bool and self._streamable(target, expr, dtype)
+        stream = mode in ("vec", "tail") and coeff == 1 and dtype != torch.bool and self._streamable(target, expr, dtype)
         if mode == "vec" and choices.from_memory(self.sched.buffer_bytes(target)):
             self.large_store = True
             self.plain_large_store = self.plain_large_store or not stream
@@ -1339,10 +1340,11 @@ class KernelGen:
         if mode == "tail1":
             return f"{target}[{base}] = {v}[0];"
         if coeff == 1:
-            if mode != "vec":
-                return f"{v}.storen({target} + {base}, n);"
             if stream:
                 self.streamed.add(target)
+            if mode != "vec":
+                return f"{v}.storen{'_stream' if stream else ''}({target} + {base}, n);"
+            if stream:
                 return f"{v}.store_stream({target} + {base});"
             return f"{v}.store({target} + {base});"
         return f"tp_scatter({target} + {base}, {coeff}, {v}, {'n' if mode == 'tail' else 'VL'});"

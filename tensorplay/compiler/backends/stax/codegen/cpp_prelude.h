@@ -158,34 +158,72 @@ namespace detail {
 // Streaming (non-temporal) stores: the bytes go to memory through write-combining buffers without
 // first reading the destination line into the cache (the read-for-ownership a plain store of an
 // uncached line costs).  For outputs larger than the last-level cache that is a third of the
-// traffic of a read-one-write-one kernel.  Whole 64/32/16-byte pieces at their own alignment are
-// streamed (a row that starts 32 bytes into a line streams as 32-byte halves), anything else is a
-// plain store.  Streaming stores are weakly ordered: a writer must run stream_fence() (sfence)
-// before another thread may read them -- generated kernels fence at the end of every parallel
-// region and of the kernel.
-template <size_t B, typename R, typename St>
-TP_INLINE bool stream_pieces(char* d, const char* s, size_t n, St st) {   // B-byte pieces, if aligned
-    if (n % B != 0 || reinterpret_cast<uintptr_t>(d) % B != 0) return false;
-    for (size_t k = 0; k < n; k += B) {
-        R v;
-        std::memcpy(&v, s + k, B);
-        st(reinterpret_cast<R*>(d + k), v);
-    }
-    return true;
-}
-TP_INLINE void stream_bytes(void* dst, const void* src, size_t n) {
-    char* d = static_cast<char*>(dst);
-    const char* s = static_cast<const char*>(src);
+// traffic of a read-one-write-one kernel.  A vector chunk is streamed in the widest pieces (64,
+// 32 or 16 bytes) its destination's alignment allows -- a row that starts 32 bytes into a line
+// streams as 32-byte halves -- straight from the register (a detour through memory to split it
+// cost the 16384 x 1000 softmax 6 %); anything else is a plain store.  Streaming stores are
+// weakly ordered: a writer must run stream_fence() (sfence) before another thread may read them
+// -- generated kernels fence at the end of every parallel region and of the kernel.
+#if defined(__SSE2__)
+template <int J>
+TP_INLINE void stream16_piece(char* d, const __m128i& x) { _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16 * J), x); }
+#endif
+
+// streams the first `bytes` bytes of chunk v to d (bytes <= sizeof(C)) if they are whole
+// aligned pieces; false, with nothing written, otherwise
+template <typename C>
+TP_INLINE bool stream_chunk(char* d, const C& v, size_t bytes) {
+    const uintptr_t a = reinterpret_cast<uintptr_t>(d);
 #if defined(__AVX512F__)
-    if (stream_pieces<64, __m512i>(d, s, n, [](__m512i* p, __m512i v) { _mm512_stream_si512(p, v); })) return;
+    if constexpr (sizeof(C) == 64) {
+        __m512i x;
+        std::memcpy(&x, &v, 64);
+        if (bytes == 64 && a % 64 == 0) {
+            _mm512_stream_si512(reinterpret_cast<__m512i*>(d), x);
+            return true;
+        }
+        if (bytes % 32 == 0 && a % 32 == 0) {
+            _mm256_stream_si256(reinterpret_cast<__m256i*>(d), _mm512_castsi512_si256(x));
+            if (bytes == 64) _mm256_stream_si256(reinterpret_cast<__m256i*>(d + 32), _mm512_extracti64x4_epi64(x, 1));
+            return true;
+        }
+        if (bytes % 16 == 0 && a % 16 == 0) {
+            stream16_piece<0>(d, _mm512_castsi512_si128(x));
+            if (bytes > 16) stream16_piece<1>(d, _mm512_extracti32x4_epi32(x, 1));
+            if (bytes > 32) stream16_piece<2>(d, _mm512_extracti32x4_epi32(x, 2));
+            if (bytes > 48) stream16_piece<3>(d, _mm512_extracti32x4_epi32(x, 3));
+            return true;
+        }
+        return false;
+    }
 #endif
 #if defined(__AVX__)
-    if (stream_pieces<32, __m256i>(d, s, n, [](__m256i* p, __m256i v) { _mm256_stream_si256(p, v); })) return;
+    if constexpr (sizeof(C) == 32) {
+        __m256i x;
+        std::memcpy(&x, &v, 32);
+        if (bytes == 32 && a % 32 == 0) {
+            _mm256_stream_si256(reinterpret_cast<__m256i*>(d), x);
+            return true;
+        }
+        if (bytes % 16 == 0 && a % 16 == 0) {
+            stream16_piece<0>(d, _mm256_castsi256_si128(x));
+            if (bytes > 16) stream16_piece<1>(d, _mm256_extractf128_si256(x, 1));
+            return true;
+        }
+        return false;
+    }
 #endif
 #if defined(__SSE2__)
-    if (stream_pieces<16, __m128i>(d, s, n, [](__m128i* p, __m128i v) { _mm_stream_si128(p, v); })) return;
+    if constexpr (sizeof(C) == 16) {
+        if (bytes != 16 || a % 16 != 0) return false;
+        __m128i x;
+        std::memcpy(&x, &v, 16);
+        stream16_piece<0>(d, x);
+        return true;
+    }
 #endif
-    std::memcpy(d, s, n);
+    (void)a; (void)d; (void)v; (void)bytes;
+    return false;   // 8-byte chunks, or no SIMD streaming stores
 }
 }  // namespace detail
 // orders this thread's streaming stores before its later stores (and so before the barrier that
@@ -454,10 +492,25 @@ struct Vec {
     TP_INLINE void store(T* p) const { std::memcpy(p, c, sizeof(c)); }
     // store() that bypasses the caches (non-temporal) as far as p's alignment allows; the data
     // is visible to other threads only after tp::stream_fence() (see detail::stream_bytes)
-    TP_INLINE void store_stream(T* p) const { detail::stream_bytes(p, c, sizeof(c)); }
+    TP_INLINE void store_stream(T* p) const {
+        for (int k = 0; k < nchunks; ++k)
+            if (!detail::stream_chunk(reinterpret_cast<char*>(p + k * chunk_lanes), c[k], sizeof(chunk_type)))
+                std::memcpy(p + k * chunk_lanes, &c[k], sizeof(chunk_type));
+    }
     TP_INLINE void storen(T* p, int n) const {         // first n lanes only
         for (int k = 0; k < nchunks; ++k)
             detail::chunk_storen(p + (n > k * chunk_lanes ? k * chunk_lanes : 0), c[k], n - k * chunk_lanes);
+    }
+    // storen() that streams where the n lanes are whole aligned pieces (a row's 32-byte tail),
+    // a plain storen() elsewhere
+    TP_INLINE void storen_stream(T* p, int n) const {
+        for (int k = 0; k < nchunks; ++k) {
+            const int m = n - k * chunk_lanes;
+            if (m <= 0) break;
+            const size_t bytes = (size_t)(m < chunk_lanes ? m : chunk_lanes) * sizeof(T);
+            if (!detail::stream_chunk(reinterpret_cast<char*>(p + k * chunk_lanes), c[k], bytes))
+                detail::chunk_storen(p + k * chunk_lanes, c[k], m);
+        }
     }
     TP_INLINE void store_strided(T* p, int64_t stride) const {
         T t[size];
@@ -1466,11 +1519,11 @@ TP_INLINE Vec<T> lookup(const T (&tab)[N], const ivec<T>& idx) {
     }
     return r;
 }
-// x clamped to [lo, hi]; NaN stays NaN
+// x clamped to [lo, hi]; NaN stays NaN: (lo > x ? lo : x) is maxps(lo, x), which returns x when
+// x is NaN -- one instruction per bound (a compare and a blend as written with where())
 template <typename T>
 TP_INLINE Vec<T> clamp_keep_nan(const Vec<T>& x, T lo, T hi) {
-    Vec<T> r = where(x < Vec<T>(lo), Vec<T>(lo), x);
-    return where(r > Vec<T>(hi), Vec<T>(hi), r);
+    return select_gt<false>(Vec<T>(hi), select_gt<true>(Vec<T>(lo), x));
 }
 // An odd function rising to 1 (float erf, tanh) from a table of polynomials (fp<float>::erf_tab,
 // tools/fit_erf.py): i = trunc(2 min(|x|, idx_hi)), |x| clamped to [0, hi] (2|x| is exact; NaN gives
@@ -1497,13 +1550,49 @@ template <typename T>
 TP_INLINE Vec<T> pow2i(const ivec<T>& n) {
     return bitcast<T>(shl_c<fp<T>::mant>(n + ivec<T>(fp<T>::bias)));
 }
-// p * 2^n in two exact-then-rounding steps: right for n down to 2*(min exponent) (subnormal
-// results are rounded once, correctly) and up to overflow
+// p * 2^n rounded once: right for n down to 2*(min exponent) (subnormal results are rounded
+// once, correctly) and up to overflow.  AVX-512 has it as one instruction (vscalefps/pd: p *
+// 2^floor(n), correctly rounded) after a conversion of n; elsewhere two exact-then-rounding steps.
 template <typename T>
 TP_INLINE Vec<T> ldexp_split(const Vec<T>& p, const ivec<T>& n) {
+#if defined(__AVX512F__)
+    using C = typename Vec<T>::chunk_type;
+    using CI = typename ivec<T>::chunk_type;
+    if constexpr (sizeof(C) == 64 && sizeof(CI) == 64 && std::is_same<T, float>::value) {
+        Vec<T> r;
+        for (int k = 0; k < Vec<T>::nchunks; ++k)
+            r.c[k] = (C)_mm512_scalef_ps((__m512)p.c[k], _mm512_cvtepi32_ps((__m512i)n.c[k]));
+        return r;
+    }
+#if defined(__AVX512DQ__)
+    if constexpr (sizeof(C) == 64 && sizeof(CI) == 64 && std::is_same<T, double>::value) {
+        Vec<T> r;
+        for (int k = 0; k < Vec<T>::nchunks; ++k)
+            r.c[k] = (C)_mm512_scalef_pd((__m512d)p.c[k], _mm512_cvtepi64_pd((__m512i)n.c[k]));
+        return r;
+    }
+#endif
+#endif
     ivec<T> n1 = sra_c<1>(n);
     ivec<T> n2 = n - n1;
     return (p * pow2i<T>(n1)) * pow2i<T>(n2);
+}
+// the same with n also at hand as integer-valued floating lanes nf: AVX-512 scales by nf directly
+template <typename T>
+TP_INLINE Vec<T> ldexp_split(const Vec<T>& p, const Vec<T>& nf, const ivec<T>& n) {
+#if defined(__AVX512F__)
+    using C = typename Vec<T>::chunk_type;
+    if constexpr (sizeof(C) == 64) {
+        Vec<T> r;
+        for (int k = 0; k < Vec<T>::nchunks; ++k) {
+            if constexpr (std::is_same<T, float>::value) r.c[k] = (C)_mm512_scalef_ps((__m512)p.c[k], (__m512)nf.c[k]);
+            else r.c[k] = (C)_mm512_scalef_pd((__m512d)p.c[k], (__m512d)nf.c[k]);
+        }
+        return r;
+    }
+#endif
+    (void)nf;
+    return ldexp_split(p, n);
 }
 // e^(r+c) = 1 + r + tail for |r| <= ln2/2 and |c| << |r| (c: the rounding error of r)
 template <typename T>
@@ -1631,11 +1720,11 @@ TP_INLINE detail::if_float<T> exp(const Vec<T>& x0) {
         r = detail::mla(n, Vec<T>(-F::ln2_lo), detail::mla(n, Vec<T>(-F::ln2_hi), x));
         Vec<T> p = detail::mla(detail::horner(r, F::expm1_p), r, Vec<T>(T(0.5)));
         Vec<T> q = detail::mla(r * r, p, r);
-        return detail::ldexp_split(Vec<T>(T(1)) + q, ni);
+        return detail::ldexp_split(Vec<T>(T(1)) + q, n, ni);
     } else {
         detail::exp_reduce(x, n, ni, r, c);
         Vec<T> y = detail::add3(Vec<T>(T(1)), r, detail::exp_tail(r, c));   // e^(r+c)
-        return detail::ldexp_split(y, ni);
+        return detail::ldexp_split(y, n, ni);
     }
 }
 
@@ -1652,7 +1741,7 @@ TP_INLINE detail::if_float<T> exp2(const Vec<T>& x0) {
     detail::two_prod(f, Vec<T>(F::ln2), r, c);   // f*ln2 = r + c
     c = detail::mla(f, Vec<T>(F::ln2_tail), c);
     Vec<T> y = detail::add3(Vec<T>(T(1)), r, detail::exp_tail(r, c));
-    return detail::ldexp_split(y, ni);
+    return detail::ldexp_split(y, n, ni);
 }
 
 template <typename T>

@@ -66,6 +66,11 @@ def test_empty_and_single_row():
     run_native(lambda x: (x.sum(0), x.prod(0), x.mean(0)), rnd(0, 40))
     run_native(lambda x: (x.sum(0), x.amax(0), x.argmax(0), x.var(0, correction=0)), rnd(1, 40))
     run_native(lambda x: (x.sum(0), x.amax(0), x.sum(1)), rnd(6, 0, 3))
+    # an empty outer dim in front of the column dim (random program seed 230: a division by the
+    # zero count of outer rows while choosing the column unroll)
+    run_native(lambda x: (x.permute(1, 3, 0, 2).mean(2), x.permute(1, 3, 0, 2).var((0, 1, 2), keepdim=True)),
+               rnd(5, 32, 17, 0))
+    run_native(lambda x: x.sum(1), rnd(0, 7, 40))
 
 
 def test_middle_dims_3d():

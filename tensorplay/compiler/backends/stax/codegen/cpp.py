@@ -1017,7 +1017,7 @@ class KernelGen:
         threads = choices_threads()
         lanes = _LANES_GUESS
         rest = math.prod(s for _, s in self.outer_loops[:-1])
-        cu = max(1, min(COLUMN_UNROLL, sl // (lanes * max(1, -(-threads // rest)))))
+        cu = max(1, min(COLUMN_UNROLL, sl // (lanes * max(1, -(-threads // max(1, rest))))))   # rest == 0: no work
         nblk = -(-sl // (cu * lanes))
         sizes = [s for _, s in self.outer_loops[:-1]] + [nblk]
         depth = choices.parallel_depth(sizes, (math.prod(inner) if inner else 1) * cu * lanes, threads)

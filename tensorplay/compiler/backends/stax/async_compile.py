@@ -158,6 +158,8 @@ class CppKernelFuture:
 class AsyncCompile:
     """Submit kernels with :meth:`cpp`, then resolve them all with :meth:`wait`."""
 
+    _ext = None   # the call extension's load, submitted with this module's first entry kernel
+
     def cpp(self, source: str, name: str, *, extra=(), whole: bool = False, entry: str | None = None) -> CppKernelFuture:
         """Start compiling ``source`` (which defines ``extern "C" void <name>(...)``).
 
@@ -168,7 +170,7 @@ class AsyncCompile:
         isa = codecache.cpu_isa()  # resolved here, once, not by racing workers
         ext = None
         if entry is not None:   # the call extension builds (first time only) while the kernel does
-            if getattr(self, "_ext", None) is None:
+            if self._ext is None:
                 from .codegen.cpp_wrapper import submit_call_extension
                 self._ext = submit_call_extension(self)
             ext = self._ext

@@ -1342,11 +1342,8 @@ class KernelGen:
         if coeff == 1:
             if stream:
                 self.streamed.add(target)
-            if mode != "vec":
-                return f"{v}.storen{'_stream' if stream else ''}({target} + {base}, n);"
-            if stream:
-                return f"{v}.store_stream({target} + {base});"
-            return f"{v}.store({target} + {base});"
+            how = "_stream" if stream else ""   # store / store_stream, storen / storen_stream
+            return f"{v}.store{how}({target} + {base});" if mode == "vec" else f"{v}.storen{how}({target} + {base}, n);"
         return f"tp_scatter({target} + {base}, {coeff}, {v}, {'n' if mode == 'tail' else 'VL'});"
 
 

@@ -165,8 +165,7 @@ namespace detail {
 // weakly ordered: a writer must run stream_fence() (sfence) before another thread may read them
 // -- generated kernels fence at the end of every parallel region and of the kernel.
 #if defined(__SSE2__)
-template <int J>
-TP_INLINE void stream16_piece(char* d, const __m128i& x) { _mm_stream_si128(reinterpret_cast<__m128i*>(d + 16 * J), x); }
+TP_INLINE void stream16(char* d, const __m128i& x) { _mm_stream_si128(reinterpret_cast<__m128i*>(d), x); }
 #endif
 
 // streams the first `bytes` bytes of chunk v to d (bytes <= sizeof(C)) if they are whole
@@ -188,10 +187,10 @@ TP_INLINE bool stream_chunk(char* d, const C& v, size_t bytes) {
             return true;
         }
         if (bytes % 16 == 0 && a % 16 == 0) {
-            stream16_piece<0>(d, _mm512_castsi512_si128(x));
-            if (bytes > 16) stream16_piece<1>(d, _mm512_extracti32x4_epi32(x, 1));
-            if (bytes > 32) stream16_piece<2>(d, _mm512_extracti32x4_epi32(x, 2));
-            if (bytes > 48) stream16_piece<3>(d, _mm512_extracti32x4_epi32(x, 3));
+            stream16(d, _mm512_castsi512_si128(x));
+            if (bytes > 16) stream16(d + 16, _mm512_extracti32x4_epi32(x, 1));
+            if (bytes > 32) stream16(d + 32, _mm512_extracti32x4_epi32(x, 2));
+            if (bytes > 48) stream16(d + 48, _mm512_extracti32x4_epi32(x, 3));
             return true;
         }
         return false;
@@ -206,8 +205,8 @@ TP_INLINE bool stream_chunk(char* d, const C& v, size_t bytes) {
             return true;
         }
         if (bytes % 16 == 0 && a % 16 == 0) {
-            stream16_piece<0>(d, _mm256_castsi256_si128(x));
-            if (bytes > 16) stream16_piece<1>(d, _mm256_extractf128_si256(x, 1));
+            stream16(d, _mm256_castsi256_si128(x));
+            if (bytes > 16) stream16(d + 16, _mm256_extractf128_si256(x, 1));
             return true;
         }
         return false;
@@ -218,7 +217,7 @@ TP_INLINE bool stream_chunk(char* d, const C& v, size_t bytes) {
         if (bytes != 16 || a % 16 != 0) return false;
         __m128i x;
         std::memcpy(&x, &v, 16);
-        stream16_piece<0>(d, x);
+        stream16(d, x);
         return true;
     }
 #endif
@@ -491,12 +490,8 @@ struct Vec {
     }
     TP_INLINE void store(T* p) const { std::memcpy(p, c, sizeof(c)); }
     // store() that bypasses the caches (non-temporal) as far as p's alignment allows; the data
-    // is visible to other threads only after tp::stream_fence() (see detail::stream_bytes)
-    TP_INLINE void store_stream(T* p) const {
-        for (int k = 0; k < nchunks; ++k)
-            if (!detail::stream_chunk(reinterpret_cast<char*>(p + k * chunk_lanes), c[k], sizeof(chunk_type)))
-                std::memcpy(p + k * chunk_lanes, &c[k], sizeof(chunk_type));
-    }
+    // is visible to other threads only after tp::stream_fence() (see detail::stream_chunk)
+    TP_INLINE void store_stream(T* p) const { storen_stream(p, size); }
     TP_INLINE void storen(T* p, int n) const {         // first n lanes only
         for (int k = 0; k < nchunks; ++k)
             detail::chunk_storen(p + (n > k * chunk_lanes ? k * chunk_lanes : 0), c[k], n - k * chunk_lanes);
@@ -1550,34 +1545,17 @@ template <typename T>
 TP_INLINE Vec<T> pow2i(const ivec<T>& n) {
     return bitcast<T>(shl_c<fp<T>::mant>(n + ivec<T>(fp<T>::bias)));
 }
-// p * 2^n rounded once: right for n down to 2*(min exponent) (subnormal results are rounded
-// once, correctly) and up to overflow.  AVX-512 has it as one instruction (vscalefps/pd: p *
-// 2^floor(n), correctly rounded) after a conversion of n; elsewhere two exact-then-rounding steps.
+// p * 2^n in two exact-then-rounding steps: right for n down to 2*(min exponent) (subnormal
+// results are rounded once, correctly) and up to overflow
 template <typename T>
-TP_INLINE Vec<T> ldexp_split(const Vec<T>& p, const ivec<T>& n) {
-#if defined(__AVX512F__)
-    using C = typename Vec<T>::chunk_type;
-    using CI = typename ivec<T>::chunk_type;
-    if constexpr (sizeof(C) == 64 && sizeof(CI) == 64 && std::is_same<T, float>::value) {
-        Vec<T> r;
-        for (int k = 0; k < Vec<T>::nchunks; ++k)
-            r.c[k] = (C)_mm512_scalef_ps((__m512)p.c[k], _mm512_cvtepi32_ps((__m512i)n.c[k]));
-        return r;
-    }
-#if defined(__AVX512DQ__)
-    if constexpr (sizeof(C) == 64 && sizeof(CI) == 64 && std::is_same<T, double>::value) {
-        Vec<T> r;
-        for (int k = 0; k < Vec<T>::nchunks; ++k)
-            r.c[k] = (C)_mm512_scalef_pd((__m512d)p.c[k], _mm512_cvtepi64_pd((__m512i)n.c[k]));
-        return r;
-    }
-#endif
-#endif
+TP_INLINE Vec<T> ldexp_twostep(const Vec<T>& p, const ivec<T>& n) {
     ivec<T> n1 = sra_c<1>(n);
     ivec<T> n2 = n - n1;
     return (p * pow2i<T>(n1)) * pow2i<T>(n2);
 }
-// the same with n also at hand as integer-valued floating lanes nf: AVX-512 scales by nf directly
+// p * 2^n rounded once, correct down to 2*(min exponent) and up to overflow, with n as integer
+// lanes and as the same integers in floating lanes nf: AVX-512 has it as one instruction
+// (vscalefps/pd: p * 2^floor(nf), correctly rounded), elsewhere ldexp_twostep
 template <typename T>
 TP_INLINE Vec<T> ldexp_split(const Vec<T>& p, const Vec<T>& nf, const ivec<T>& n) {
 #if defined(__AVX512F__)
@@ -1592,7 +1570,21 @@ TP_INLINE Vec<T> ldexp_split(const Vec<T>& p, const Vec<T>& nf, const ivec<T>& n
     }
 #endif
     (void)nf;
-    return ldexp_split(p, n);
+    return ldexp_twostep(p, n);
+}
+// the same from the integer lanes alone: on AVX-512 one conversion (vcvtdq2ps, or vcvtqq2pd
+// where AVX512DQ has it) and vscalef
+template <typename T>
+TP_INLINE Vec<T> ldexp_split(const Vec<T>& p, const ivec<T>& n) {
+#if defined(__AVX512F__)
+#if defined(__AVX512DQ__)
+    constexpr bool convert = true;
+#else
+    constexpr bool convert = std::is_same<T, float>::value;
+#endif
+    if constexpr (convert && sizeof(typename Vec<T>::chunk_type) == 64) return ldexp_split(p, cast<T>(n), n);
+#endif
+    return ldexp_twostep(p, n);
 }
 // e^(r+c) = 1 + r + tail for |r| <= ln2/2 and |c| << |r| (c: the rounding error of r)
 template <typename T>

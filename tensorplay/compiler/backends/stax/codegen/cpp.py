@@ -371,6 +371,12 @@ class CppHandler:
             ends = [e] if v is None or v not in e.free_symbols else [e, e.subs(v, v + last)]
             holds = [f"({cexpr(x)} {c.rel_op} 0)" for x in ends]
             alls += holds
+            if c.rel_op == "==" and len(ends) == 2:
+                # e == 0 fails at both ends and may hold in between (select_backward's eq(i0, 1)
+                # on lanes 0..3): no lane holds only if e keeps one strict sign over the lanes
+                first, end = (cexpr(x) for x in ends)
+                nones.append(f"((({first}) > 0 && ({end}) > 0) || (({first}) < 0 && ({end}) < 0))")
+                continue
             nones.append("(" + " && ".join(f"!{h}" for h in holds) + ")")
         if not alls:
             return "true", "false"

@@ -2,9 +2,14 @@
 
 The path of one call of a compiled function (fig. 11.1):
 
-1. **first-level entry** (§2.4): the same tensor objects at the same ``_version`` as the last call
-   (and the same grad mode / training flag)?  Call that artifact — nothing else is checked.  In the
-   common case (no module, free values, scalars or input mutation) this is one closure that calls
+1. **first-level entry** (§2.4): the same tensor objects, each still holding the same storage
+   tensor (``_data``) at the same ``_version`` and with the same ``requires_grad``, as the last call
+   (and the same grad mode / training flag)?  Call that artifact — nothing else is checked.  This
+   is a projection of the key: ``x.data = ...`` replaces ``_data`` (a new dtype, device, shape,
+   strides or storage offset), and torch bumps ``_version`` on every in-place change of a storage
+   tensor's metadata (``set_``, ``resize_``, ``as_strided_``, ``t_``), so every tensor field of the
+   key — and which inputs alias (one storage tensor fixes its memory) — is unchanged when these
+   hold.  In the common case (no module, free values, scalars or input mutation) this is one closure that calls
    the generated wrapper directly (``_make_fast``): few frames, which matters when the caches are
    cold (docs/stax.md "Call overhead with cold caches");
 2. **specialization cache** (§2.2–2.3): flatten the inputs; for each cached entry run its guard
@@ -120,6 +125,22 @@ def _log_recompiles() -> bool:
 
 # ---- one cached specialization ----------------------------------------------------------------------
 _MISS = object()   # the fast first-level entry did not match
+
+
+def _snapshot(values):
+    """What the first-level entry remembers of each flat value: for a tensor its storage tensor,
+    that tensor's version and ``requires_grad``; None for anything else (compared by identity)."""
+    return tuple((v._data, v._data._version, v.requires_grad) if isinstance(v, Tensor) else None for v in values)
+
+
+def _unchanged(values, objs, snaps) -> bool:
+    """Are ``values`` the remembered objects, each tensor with the same storage tensor, version and
+    ``requires_grad`` (module docstring, step 1)?  ``len(values) == len(objs)`` is the caller's."""
+    for a, o, s in zip(values, objs, snaps):
+        if a is not o or (s is not None and (a._data is not s[0] or s[0]._version != s[1]
+                                             or a.requires_grad is not s[2])):
+            return False
+    return True
 
 
 class Entry:
@@ -239,23 +260,16 @@ class CompiledFunction:
         c = self._counters
         c["calls"] += 1
         fl = self._first
-        # first-level entry (§2.4): same objects, same versions -> run the artifact directly
-        if fl is not None and not kwargs and len(args) == fl[0] and grad_mode._state.enabled is fl[4]:
-            _, objs, vers, entry, _, training, free_objs, free_vers = fl
-            for a, o, v in zip(args, objs, vers):
-                if a is not o or (v is not None and a._data._version != v):
-                    break
-            else:
-                if self.module is None or self.module.training is training:
-                    if entry.free:
-                        free_vals = entry.free_values()
-                        for f, o, v in zip(free_vals, free_objs, free_vers):
-                            if f is not o or f._data._version != v:
-                                break
-                        else:
-                            return self._first_hit(entry, args, free_vals)
-                    else:
-                        return self._first_hit(entry, args, ())
+        # first-level entry (§2.4): same objects holding the same storage tensors at the same
+        # versions, same requires_grad -> run the artifact directly
+        if fl is not None and not kwargs and len(args) == fl[0] and grad_mode._state.enabled is fl[3]:
+            _, objs, snaps, _, entry, training, free_objs, free_snaps = fl
+            if _unchanged(args, objs, snaps) and (self.module is None or self.module.training is training):
+                if not entry.free:
+                    return self._first_hit(entry, args, ())
+                free_vals = entry.free_values()
+                if _unchanged(free_vals, free_objs, free_snaps):
+                    return self._first_hit(entry, args, free_vals)
         return self._slow_call(args, kwargs)
 
     def _first_hit(self, entry, args, free_vals):
@@ -270,10 +284,9 @@ class CompiledFunction:
         flat arguments (Python scalars) by identity."""
         self._fold_fast_hits()
         if all(isinstance(a, Tensor) or a is None or isinstance(a, (int, float, bool, str)) for a in args):
-            self._first = (len(args), args, tuple(a._data._version if isinstance(a, Tensor) else None for a in args),
-                           entry, grad_mode._state.enabled,
+            self._first = (len(args), args, _snapshot(args), grad_mode._state.enabled, entry,
                            self.module.training if self.module is not None else None,
-                           free_vals, tuple(f._data._version for f in free_vals))
+                           free_vals, _snapshot(free_vals))
             self._fast = self._make_fast(args, entry)
         else:
             self._first = None
@@ -293,35 +306,31 @@ class CompiledFunction:
         if run is None or not all(isinstance(a, Tensor) for a in args):
             return None
         objs = tuple(args)
-        datas = tuple(a._data for a in args)
-        vers = tuple(d._version for d in datas)
+        snaps = _snapshot(args)
         n, enabled, state, hits = len(args), grad_mode._state.enabled, grad_mode._state, [0]
         direct = getattr(entry.artifact, "direct", None)
+        if n == 1:
+            (o0,), ((d0, v0, r0),) = objs, snaps
         if n == 1 and direct is not None and entry._out_form == "one":
             # the commonest form, with no frame between this closure and the generated wrapper
-            (o0,), (d0,), (v0,), wrap = objs, datas, vers, _wrap
+            wrap = _wrap
 
             def fast(args):
                 if len(args) == 1 and args[0] is o0 and o0._data is d0 and d0._version == v0 \
-                        and state.enabled is enabled:
+                        and o0.requires_grad is r0 and state.enabled is enabled:
                     hits[0] += 1
                     return wrap(direct([d0])[0])
                 return _MISS
         elif n == 1:
-            (o0,), (d0,), (v0,) = objs, datas, vers
-
             def fast(args):
                 if len(args) == 1 and args[0] is o0 and o0._data is d0 and d0._version == v0 \
-                        and state.enabled is enabled:
+                        and o0.requires_grad is r0 and state.enabled is enabled:
                     hits[0] += 1
                     return run(args)
                 return _MISS
         else:
             def fast(args):
-                if len(args) == n and state.enabled is enabled:
-                    for a, o, d, v in zip(args, objs, datas, vers):
-                        if a is not o or o._data is not d or d._version != v:
-                            return _MISS
+                if len(args) == n and state.enabled is enabled and _unchanged(args, objs, snaps):
                     hits[0] += 1
                     return run(args)
                 return _MISS

@@ -1654,6 +1654,11 @@ def _logsumexp(x, dim, keepdim=False):
     out = _out_val()
     if not x.dtype.is_floating_point:
         raise Unsupported("logsumexp of integers")
+    size = x.get_size()
+    if any(size[d] == 0 for d in _norm_dims(dim, len(size))):
+        # log of an empty sum: -inf, as in eager (its max over the empty dim is never taken)
+        return TensorBox(Pointwise(out.dtype, x.device, tuple(out.shape),
+                                   lambda i: ops.constant(float("-inf"), out.dtype)))
     m = _realize(make_reduction(x, dim, True, "max", x.dtype))
     ml = broadcast_loader(m, x.get_size())
     xl = x.make_loader()

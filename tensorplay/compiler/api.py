@@ -37,11 +37,12 @@ from .._tensor import Tensor, _wrap
 from ..autograd import grad_mode
 from .backends.registry import lookup_backend
 from .capture.gates import extract_replay
-from .capture.proxy import CaptureError
+from .capture.proxy import CaptureError, _internal
 from .capture.pytree import tree_flatten, tree_unflatten
 from .capture.tracer import TENSOR_LEAF, capture, find_sources
+from .specialize.aliasing import eager_reason, merge_same, written_placeholders
 from .specialize.guards import build_guard
-from .specialize.key import input_names_for, specialization_key
+from .specialize.key import AliasEntry, input_names_for, specialization_key
 
 __all__ = ["compile", "CompiledFunction", "Lowered", "Compiled", "GuardError", "RecompileLimitError",
            "BackendCompilerError", "MODES", "OPTIONS", "resolve_options", "list_mode_options", "reset", "explain"]
@@ -119,6 +120,14 @@ def reset():
         cf._first = None
 
 
+def _warn_user(msg, category=RuntimeWarning):
+    """``warnings.warn`` attributed to the innermost frame outside the tensorplay package."""
+    f, level = sys._getframe(0), 1
+    while f is not None and _internal(f.f_code.co_filename):
+        f, level = f.f_back, level + 1
+    warnings.warn(msg, category, stacklevel=level)
+
+
 def _log_recompiles() -> bool:
     return os.environ.get("TP_LOG_RECOMPILES", "") not in ("", "0")
 
@@ -151,6 +160,11 @@ class Entry:
         self.free = lowered.capture.free
         self.constants = list(lowered.capture.gm.attrs.values())
         self.artifact = artifact
+        # inputs that overlap in memory with one of them written (specialize/aliasing.py): this
+        # specialization runs the function itself, eagerly; its data gates need no replay
+        self.eager = lowered._cf.fn if lowered.eager_reason is not None else None
+        if self.eager is not None:
+            self.replay = None
         self.out_spec = lowered.capture.out_spec
         self.out_consts = lowered.capture.out_consts
         self.backend_name = backend_name
@@ -172,7 +186,7 @@ class Entry:
         values, no Python scalar inputs and no input mutation, whose outputs are one tensor or a
         flat tuple of tensors.  A Stax artifact's wrapper ``call`` (``artifact.direct``) is then
         called with the torch tensors directly, skipping two frames of Python."""
-        if self.free or self.has_scalars or self.mutates_inputs or self._out_form is None:
+        if self.free or self.has_scalars or self.mutates_inputs or self._out_form is None or self.eager:
             return None
         direct = getattr(self.artifact, "direct", None)
         if direct is None:
@@ -192,7 +206,10 @@ class Entry:
             why = self.replay.check([x for x in leaves if isinstance(x, Tensor)] + list(free_vals))
         return why
 
-    def run(self, tensors, free_vals):
+    def call(self, args, kwargs, tensors, free_vals):
+        """Run this specialization on a call's arguments (``tensors``: its flat tensor leaves)."""
+        if self.eager is not None:
+            return self.eager(*args, **kwargs)
         return self._unflatten(self.artifact(*tensors, *free_vals))
 
     def _general_unflatten(self, outs):
@@ -274,7 +291,8 @@ class CompiledFunction:
 
     def _first_hit(self, entry, args, free_vals):
         self._counters["first_level_hits"] += 1
-        out = entry.run([a for a in args if isinstance(a, Tensor)] if entry.has_scalars else args, free_vals)
+        out = entry.call(args, {}, [a for a in args if isinstance(a, Tensor)] if entry.has_scalars else args,
+                         free_vals)
         if entry.mutates_inputs:  # the artifact bumped input versions: remember the new ones
             self._set_first(args, entry, free_vals)
         return out
@@ -345,7 +363,7 @@ class CompiledFunction:
             why = entry.check(leaves, free_vals, self.module)
             if why is None:
                 self._counters["cache_hits"] += 1
-                out = entry.run(tensors, free_vals)
+                out = entry.call(args, kwargs, tensors, free_vals)
                 if not kwargs:
                     self._set_first(args, entry, free_vals)
                 return out
@@ -365,7 +383,7 @@ class CompiledFunction:
         if lowered.capture.result is not None or self.options["capture.execute"]:
             result = lowered.capture.result  # the capture run was the first call (execute=True)
         else:
-            result = entry.run(tensors, entry.free_values())
+            result = entry.call(args, kwargs, tensors, entry.free_values())
         if not kwargs:
             self._set_first(args, entry, entry.free_values())
         return result
@@ -376,11 +394,20 @@ class CompiledFunction:
         cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
                       sources=find_sources(self.fn, self.module), name=self.name)
         leaves, _ = tree_flatten((args, kwargs))
+        written = written_placeholders(cap.gm.graph)
         key = specialization_key(leaves, names, [(f.name, f.tensor) for f in cap.free],
-                                 constants=list(cap.gm.attrs.values()), module=self.module)
-        return Lowered(self, cap, key, leaves)
+                                 constants=list(cap.gm.attrs.values()), module=self.module,
+                                 writes_inputs=bool(written))
+        return Lowered(self, cap, key, leaves, written)
 
     def _backend_compile(self, lowered):
+        if lowered.eager_reason is not None:   # the entry runs the function itself (Entry.eager)
+            msg = f"tp.compile({self.name}): {lowered.eager_reason}"
+            if self.strict_native:
+                raise BackendCompilerError(f"{msg}: no compiled form for this aliasing (strict_native=True); "
+                                           f"pass tensors that do not overlap, or clone one of them")
+            _warn_user(f"{msg}: this specialization runs the function eagerly (specialize/aliasing.py)")
+            return None
         gm = lowered.graph_module
         example = lowered.example_inputs
         try:
@@ -389,8 +416,8 @@ class CompiledFunction:
             if self.strict_native:
                 raise BackendCompilerError(f"tp.compile({self.name}): backend {self.backend_name!r} failed with "
                                            f"strict_native=True: {type(e).__name__}: {e}") from e
-            warnings.warn(f"tp.compile({self.name}): backend {self.backend_name!r} failed ({type(e).__name__}: {e}); "
-                          f"running the captured graph op by op instead", RuntimeWarning, stacklevel=3)
+            _warn_user(f"tp.compile({self.name}): backend {self.backend_name!r} failed ({type(e).__name__}: {e}); "
+                       f"running the captured graph op by op instead")
             from .backends.eager import eager_backend
             return eager_backend(gm, example)
 
@@ -426,7 +453,7 @@ class CompiledFunction:
 class Lowered:
     """A captured and optimised graph for one specialization (seed 001 §2: trace -> lower)."""
 
-    def __init__(self, cf, cap, key, leaves):
+    def __init__(self, cf, cap, key, leaves, written=frozenset()):
         self._cf = cf
         self.capture = cap
         self.key = key
@@ -434,6 +461,13 @@ class Lowered:
         self.leaves = leaves
         self.example_inputs = [x for x in leaves if isinstance(x, Tensor)] + [f.tensor for f in cap.free]
         gm = cap.gm
+        # the inputs' aliasing (specialize/aliasing.py): "same" groups become one input; a written
+        # partial overlap makes the specialization run eagerly (eager_reason)
+        alias = next((e for e in key if isinstance(e, AliasEntry)), None)
+        self.eager_reason = None
+        if alias is not None and alias.value:
+            merge_same(gm, alias.value)
+            self.eager_reason = eager_reason(alias.value, set(written), alias.names)
         gates_after_dce = cf.options["debug.gates_after_dce"]
         from .passes import pipeline
         if not gates_after_dce:
@@ -523,7 +557,7 @@ class Compiled:
         why = e.check(leaves, free_vals, self.lowered._cf.module)
         if why is not None:
             raise GuardError(f"Compiled({self.lowered._cf.name}) called with inputs it was not built for: {why}")
-        return e.run([x for x in leaves if isinstance(x, Tensor)], free_vals)
+        return e.call(args, kwargs, [x for x in leaves if isinstance(x, Tensor)], free_vals)
 
     def as_text(self) -> str:
         src = getattr(self.artifact, "source", None)

@@ -94,3 +94,122 @@ def test_first_level_sees_requires_grad_change():
         w.grad = None
         g(x, w).backward()
         torch.testing.assert_close(w.grad._data, xt)
+
+
+# ---- bug 1: aliased inputs ------------------------------------------------------------------------
+def _add_then_read(a, b):
+    a.add_(1)
+    return b * 2
+
+
+def _run_torch(fn, *ts):
+    """The eager reference: ``fn`` on torch tensors (the ops used here exist in both)."""
+    return fn(*ts)
+
+
+@pytest.mark.parametrize("backend", ["stax", "eager", "aot_eager"])
+def test_same_tensor_twice_sees_the_write(backend):
+    cg = tp.compile(_add_then_read, backend=backend)
+    xt = torch.randn(5)
+    x = tp.from_torch(xt.clone())
+    for _ in range(4):                       # capture, then the first-level entry
+        want = _run_torch(_add_then_read, xt, xt)
+        assert_equal(cg(x, x), want)
+        assert_equal(x, xt)
+    for _ in range(3):                       # fresh tensors: the guard path
+        yt = torch.randn(5)
+        y = tp.from_torch(yt.clone())
+        assert_equal(cg(y, y), _run_torch(_add_then_read, yt, yt))
+        assert_equal(y, yt)
+    assert cg.counters["captures"] == 1
+    assert cg._cache[0].eager is None        # compiled, with the two inputs merged into one
+
+
+@pytest.mark.parametrize("backend", ["stax", "eager"])
+def test_partial_overlap_runs_eagerly_and_right(backend):
+    cg = tp.compile(_add_then_read, backend=backend)
+    with pytest.warns(RuntimeWarning, match="overlap in memory"):
+        for _ in range(3):
+            bt = torch.randn(4)
+            base = tp.from_torch(bt.clone())
+            got = cg(base[0:2], base[1:3])
+            want = _run_torch(_add_then_read, bt[0:2], bt[1:3])
+            assert_equal(got, want)
+            assert_equal(base, bt)
+    assert cg.counters["captures"] == 1
+    # interleaved views share a span but no element: treated as overlapping (conservative), right
+    bt = torch.randn(6)
+    base = tp.from_torch(bt.clone())
+    with pytest.warns(RuntimeWarning, match="overlap in memory"):
+        for _ in range(2):
+            assert_equal(cg(base[::2], base[1::2]), _run_torch(_add_then_read, bt[::2], bt[1::2]))
+
+
+def test_disjoint_views_of_one_base_stay_compiled():
+    cg = tp.compile(_add_then_read)
+    bt = torch.randn(4)
+    base = tp.from_torch(bt.clone())
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)
+        for _ in range(3):
+            assert_equal(cg(base[0:2], base[2:4]), _run_torch(_add_then_read, bt[0:2], bt[2:4]))
+            assert_equal(base, bt)
+    e = cg._cache[0]
+    assert e.eager is None and cg.counters["captures"] == 1
+    assert "inputs: aliasing == ()" in e.lowered.guards
+    # the same function on one tensor twice is another specialization, and the miss says why
+    x = tp.from_torch(torch.randn(2))
+    cg(x, x)
+    assert "inputs: aliasing expected no two share memory, got 'a', 'b' are the same tensor" \
+        in cg.recompile_reasons[-1]
+
+
+def test_aliasing_not_in_key_of_a_region_that_writes_no_input():
+    cf = tp.compile(lambda a, b: a * b + a)
+    x, y = rnd(5, seed=1), rnd(5, seed=2)
+    for _ in range(2):
+        assert_equal(cf(x, y), x._data * y._data + x._data)
+    for _ in range(2):
+        assert_equal(cf(x, x), x._data * x._data + x._data)
+    assert cf.counters["captures"] == 1
+
+
+W_ALIAS = tp.from_torch(torch.randn(3))
+
+
+def _writes_arg_reads_global(a):
+    a.mul_(3)
+    return W_ALIAS + 1
+
+
+def test_input_aliasing_a_free_tensor():
+    cf = tp.compile(_writes_arg_reads_global)
+    wt = W_ALIAS._data.clone()
+    for _ in range(3):
+        wt.mul_(3)
+        assert_equal(cf(W_ALIAS), wt + 1)
+        assert_equal(W_ALIAS, wt)
+
+
+def _flip_then_branch(a, b):
+    a.mul_(-1)
+    if b.sum() > 0:
+        return b * 2
+    return b * 3
+
+
+def test_data_gate_after_a_write_through_an_alias():
+    cf = tp.compile(_flip_then_branch)
+    for s in (1.0, -1.0, 1.0, -1.0, -1.0, 1.0):
+        xt = (torch.rand(4) + 0.5) * s
+        x = tp.from_torch(xt.clone())
+        assert_equal(cf(x, x), _flip_then_branch(xt, xt))
+    assert cf.counters["captures"] == 2
+
+
+def test_strict_native_refuses_a_written_partial_overlap():
+    from tensorplay.compiler import BackendCompilerError
+    cg = tp.compile(_add_then_read, strict_native=True)
+    base = tp.from_torch(torch.randn(4))
+    with pytest.raises(BackendCompilerError, match="'a', 'b' overlap in memory"):
+        cg(base[0:2], base[1:3])

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..._tensor import Tensor
 from ...autograd import grad_mode
+from .aliasing import alias_structure
 
 __all__ = ["build_guard"]
 
@@ -37,7 +38,8 @@ def build_guard(key, name="guard"):
     lines.append("        return f'input structure changed: {exc}'")
     lines.append("    return None")
     src = "\n".join(lines) + "\n"
-    ns = {"_is_tensor": _is_tensor, "_training": _training, "G": grad_mode._state, **consts}
+    ns = {"_is_tensor": _is_tensor, "_training": _training, "_aliasing": alias_structure, "G": grad_mode._state,
+          **consts}
     exec(compile(src, f"<tp guard {name}>", "exec"), ns)
     fn = ns[name]
     fn.source = src

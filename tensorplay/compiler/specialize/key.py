@@ -6,6 +6,9 @@ A compiled artifact is valid for every call whose key equals the key it was capt
 * per tensor input (and per free tensor): type, dim, each size and stride, dtype, device,
   requires_grad; module state additionally its identity;
 * per non-tensor input: its type and value (Python scalars are specialized by value, §2.1);
+* which placeholders (tensor inputs and free tensors) share memory, when the region writes one of
+  them in place (aliasing.py: ``"same"`` groups are merged into one input, partial overlaps with a
+  write run eagerly);
 * global state that changes the program: grad mode, the module's ``training`` flags;
 * constants captured by reference: their version;
 * data-gate outcomes are the last part of the key; they are checked by replay (gates.py).
@@ -21,8 +24,9 @@ import dataclasses
 import torch
 
 from ..._tensor import Tensor
+from .aliasing import alias_structure, describe_structure
 
-__all__ = ["KeyEntry", "specialization_key", "input_names_for"]
+__all__ = ["KeyEntry", "AliasEntry", "specialization_key", "input_names_for"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -34,6 +38,16 @@ class KeyEntry:
 
     def describe(self, got) -> str:
         return f"{self.subject}: {self.field} expected {self.value!r}, got {got!r}"
+
+
+@dataclasses.dataclass(frozen=True)
+class AliasEntry(KeyEntry):
+    """The aliasing of the placeholders (aliasing.py); ``names`` are their human names."""
+    names: tuple = ()
+
+    def describe(self, got) -> str:
+        return (f"{self.subject}: {self.field} expected {describe_structure(self.value, self.names)}, "
+                f"got {describe_structure(got, self.names)}")
 
 
 def _tensor_entries(subject, ref, t: Tensor, identity=False):
@@ -78,16 +92,22 @@ def input_names_for(fn, args, kwargs, leaves_per_arg=None) -> list[str]:
     return names
 
 
-def specialization_key(leaves, names, free=(), constants=(), module=None):
+def specialization_key(leaves, names, free=(), constants=(), module=None, writes_inputs=False):
     """The key of one call (see module doc).  ``free``: current free tensors; ``constants``:
-    captured constant tensors; ``module``: the nn.Module being compiled, if any."""
+    captured constant tensors; ``module``: the nn.Module being compiled, if any;
+    ``writes_inputs``: the region writes one of its placeholders in place (then their aliasing is
+    part of the key)."""
     from ...autograd import grad_mode
     key: list[KeyEntry] = []
+    ph_refs, ph_names, ph_vals = [], [], []
     for i, leaf in enumerate(leaves):
         subj = f"arg {i} '{names[i]}'" if i < len(names) else f"arg {i}"
         ref = f"L[{i}]"
         if isinstance(leaf, Tensor):
             key += _tensor_entries(subj, ref, leaf)
+            ph_refs.append(ref)
+            ph_names.append(names[i] if i < len(names) else f"arg {i}")
+            ph_vals.append(leaf)
         elif leaf is None or isinstance(leaf, (bool, int, float, str, complex, torch.dtype, torch.device)):
             key.append(KeyEntry(subj, "type", f"type({ref})", type(leaf)))
             key.append(KeyEntry(subj, "value", ref, leaf))
@@ -96,6 +116,12 @@ def specialization_key(leaves, names, free=(), constants=(), module=None):
             key.append(KeyEntry(subj, "identity", f"id({ref})", id(leaf)))
     for j, (desc, t) in enumerate(free):
         key += _tensor_entries(f"free tensor {desc}", f"F[{j}]", t, identity=desc.startswith("self."))
+        ph_refs.append(f"F[{j}]")
+        ph_names.append(desc)
+        ph_vals.append(t)
+    if writes_inputs and len(ph_vals) > 1:
+        key.append(AliasEntry("inputs", "aliasing", f"_aliasing(({''.join(r + ', ' for r in ph_refs)}))",
+                              alias_structure(ph_vals), tuple(ph_names)))
     for j, t in enumerate(constants):
         key.append(KeyEntry(f"constant {j}", "version", f"C[{j}]._version", t._version))
     key.append(KeyEntry("grad mode", "enabled", "G.enabled", grad_mode._state.enabled))

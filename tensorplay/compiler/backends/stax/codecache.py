@@ -34,8 +34,10 @@ persisted in ``probes/``, keyed by the compiler executable's path and ``stat`` (
 compiles a graph it compiled before skips Stax's whole Python pipeline (lowering, scheduling, code
 generation -- and the import of sympy they need).  The key hashes the graph's code, the layouts of
 the example inputs, the values of the graph's tensor constants, the wrapper option, torch's
-version and thread count, the ``TP_*`` environment, and the content of every ``.py`` file of the
-tensorplay package (so any change of the compiler is a new key); ``TP_GRAPH_CACHE=0`` turns it off.
+version and thread count, the ``TP_*`` environment, the content of every ``.py`` file of the
+tensorplay package (so any change of the compiler is a new key) and the user code the process added
+to Stax (lowerings registered or overridden from a script, Stax functions replaced by a script:
+usercode.py); ``TP_GRAPH_CACHE=0`` turns it off.
 
 Every compiler run goes through :func:`_run_compiler`, which counts it in ``stats["compiler_runs"]``
 and, when ``$TP_COMPILE_LOG`` names a file, appends the command there as one line (tests and
@@ -657,16 +659,33 @@ _ENV_NOT_KEYED = ("TP_CACHE_DIR", "TP_COMPILE_LOG", "TP_COMPILE_THREADS", "TP_LO
 _package_memo: dict = {}
 
 
+def _package_sources(root: str) -> list:
+    """(path, size, mtime_ns) of every ``.py`` file under ``root``, in path order (one ``scandir``
+    walk: a third of the time of ``Path.rglob`` plus ``stat``; the key is computed at every compile)."""
+    out, stack = [], [root]
+    while stack:
+        with os.scandir(stack.pop()) as it:
+            for e in it:
+                if e.is_dir(follow_symlinks=False):
+                    if e.name != "__pycache__":
+                        stack.append(e.path)
+                elif e.name.endswith(".py"):
+                    st = e.stat()
+                    out.append((e.path, st.st_size, st.st_mtime_ns))
+    out.sort(key=lambda t: t[0].split(os.sep))       # the order of sorted(Path) objects
+    return out
+
+
 def _package_digest() -> str:
     """SHA-256 of every ``.py`` file of the tensorplay package (re-hashed when a stat changes)."""
-    root = Path(__file__).resolve().parents[3]
-    files = sorted(root.rglob("*.py"))
-    sig = tuple((str(f), st.st_size, st.st_mtime_ns) for f in files for st in (f.stat(),))
+    root = str(Path(__file__).resolve().parents[3])
+    sig = tuple(_package_sources(root))
     digest = _package_memo.get(sig)
     if digest is None:
         parts = []
-        for f in files:
-            parts += [str(f.relative_to(root)), f.read_bytes()]
+        for f, _, _ in sig:
+            with open(f, "rb") as fh:
+                parts += [os.path.relpath(f, root), fh.read()]
         digest = _package_memo[sig] = _sha256_parts(*parts)
     return digest
 
@@ -713,14 +732,19 @@ def _knobs() -> dict:
 
 def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
     """The key of a compiled graph, or None when the graph cache is off (``TP_GRAPH_CACHE=0``,
-    or ``TP_STAX_LOWER_DEBUG`` / ``TP_STAX_DEBUG`` ask to see the lowering) or an example input is not a tensor or a
-    plain number.  Heuristic knobs (UPPERCASE globals) are not in the key: :func:`load_graph`
-    compares those of the modules imported in this process with the saved ones.  Other in-process
-    changes of Stax internals are not seen: set ``TP_GRAPH_CACHE=0`` when patching them."""
+    or ``TP_STAX_LOWER_DEBUG`` / ``TP_STAX_DEBUG`` ask to see the lowering) or an example input is
+    not a tensor or a plain number.  Lowerings registered or overridden from outside the package,
+    and Stax functions replaced by user code, are in the key (:func:`usercode.user_code_digest`;
+    it returns to the package's key when they are removed).  Heuristic knobs (UPPERCASE globals)
+    are not in the key: :func:`load_graph` compares those of the modules imported in this process
+    with the saved ones.  Not seen: a rule re-bound to another package function, and patches of
+    other objects' state -- set ``TP_GRAPH_CACHE=0`` then."""
     if os.environ.get("TP_GRAPH_CACHE", "1") == "0" or any(
             os.environ.get(v, "") not in ("", "0") for v in ("TP_STAX_LOWER_DEBUG", "TP_STAX_DEBUG")):
         return None     # the debug switches print what lowering and code generation do: always run them
     import torch
+
+    from .usercode import user_code_digest    # (here: tests load this file alone, by its path)
     ins = []
     for x in example_inputs:
         d = getattr(x, "_data", x)
@@ -734,7 +758,7 @@ def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
     env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TP_") and k not in _ENV_NOT_KEYED)
     return _sha256_parts(CACHE_VERSION, "graph", gm.code, "\0".join(ins), "\0".join(consts),
                          f"cpp_wrapper={bool(cpp_wrapper)}", torch.__version__, torch.get_num_threads(),
-                         sys.version, json.dumps(env), _package_digest())
+                         sys.version, json.dumps(env), _package_digest(), user_code_digest())
 
 
 def load_graph(key: str | None) -> dict | None:

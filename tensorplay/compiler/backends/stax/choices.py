@@ -11,7 +11,8 @@
 * :func:`omp_schedule` — the OpenMP schedule of a kernel's parallel loop (Alg. 8.1)?
 * :func:`aot_decompose` — expand a training region's forward node by its decomposition (§5)?
 
-Experiment 4 changes ``score_fusion`` or disables horizontal fusion (``HORIZONTAL_FUSION``).
+Experiment 4 changes ``score_fusion`` or disables horizontal fusion (``HORIZONTAL_FUSION``);
+experiment 2 compares example 7.2 with the chapter's CPU materialisation (``KEEP_REALIZED_LOCAL``).
 """
 from __future__ import annotations
 
@@ -22,7 +23,7 @@ import sympy
 
 from .ops_handler import CountingHandler, set_handler
 
-__all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "parallel_depth", "stream_stores", "HORIZONTAL_FUSION",
+__all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "parallel_depth", "stream_stores", "HORIZONTAL_FUSION", "KEEP_REALIZED_LOCAL",
            "MAX_INLINE_OPS", "PARALLEL_MIN_WORK", "STREAM_STORE_MIN_BYTES", "aot_decompose",
            "SDPA_DECOMPOSE_MAX_SCORES", "from_memory", "prefetch_chunk", "PREFETCH_BYTES",
            "PREFETCH_MAX_OPS", "PREFETCH_MAX_STREAMS",
@@ -32,6 +33,10 @@ __all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "para
 MAX_INLINE_OPS = 24
 #: fuse groups that share an input but do not depend on each other (example 7.2: sum and amax of e)
 HORIZONTAL_FUSION = os.environ.get("TP_STAX_HORIZONTAL_FUSION", "1") != "0"
+#: keep a value realized for several readers, all reductions, in registers when they fuse with it
+#: (example 7.2's exp).  False (``TP_STAX_KEEP_REALIZED_LOCAL=0``) gives the chapter's CPU model of
+#: §6.6 instead: the value is written to memory and the reductions read it back (one more kernel)
+KEEP_REALIZED_LOCAL = os.environ.get("TP_STAX_KEEP_REALIZED_LOCAL", "1") != "0"
 #: below this many elements of work a kernel runs on one thread (fork/join costs ~µs)
 PARALLEL_MIN_WORK = 1 << 15
 
@@ -114,6 +119,11 @@ def can_fuse(sched, g1, g2) -> bool:
         return False
     if not HORIZONTAL_FUSION and not sched.depends(g1, g2) and not sched.depends(g2, g1):
         return False
+    if not KEEP_REALIZED_LOCAL:
+        for name in (g1.writes & g2.reads) | (g2.writes & g1.reads):
+            readers = [n for n in sched.nodes if name in n.reads]
+            if not sched.by_name[name].is_reduction and len(readers) > 1 and all(n.is_reduction for n in readers):
+                return False
     if sched.path_through_other(g1, g2) or sched.path_through_other(g2, g1):
         return False
     return sched.dependencies_aligned(g1, g2, sig)

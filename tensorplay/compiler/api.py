@@ -13,7 +13,10 @@ The path of one call of a compiled function (fig. 11.1):
    the generated wrapper directly (``_make_fast``): few frames, which matters when the caches are
    cold (docs/stax.md "Call overhead with cold caches");
 2. **specialization cache** (§2.2–2.3): flatten the inputs; for each cached entry run its guard
-   (generated from its key) and replay its data gates; the first entry that passes runs;
+   (generated from its key, which starts with the call's structure: positional count, keywords,
+   nesting) and replay its data gates; the first entry that passes runs;  a call that matches no
+   entry and that the function cannot take (``inspect.signature(fn).bind``) raises Python's own
+   ``TypeError`` before any capture;
 3. **miss**: capture a new specialization (capture/tracer.py), run the front-end passes
    (functionalise → extract gate replays → fixed point of rewrites, passes/), hand the graph to the
    backend, cache the entry.  Each miss is explained in words (``TP_LOG_RECOMPILES=1`` logs it); at
@@ -200,8 +203,8 @@ class Entry:
     def free_values(self):
         return [f.get() for f in self.free] if self.free else ()
 
-    def check(self, leaves, free_vals, module):
-        why = self.guard(leaves, free_vals, self.constants, module)
+    def check(self, leaves, free_vals, module, spec):
+        why = self.guard(leaves, free_vals, self.constants, module, spec)
         if why is None and self.replay is not None:
             why = self.replay.check([x for x in leaves if isinstance(x, Tensor)] + list(free_vals))
         return why
@@ -244,6 +247,7 @@ class CompiledFunction:
         self._cache: list[Entry] = []
         self._first = None
         self._fast = None        # (first-level check and run in one closure, its hit count) or None
+        self._signature = _MISS  # inspect.Signature of fn, found at the first miss (None: none)
         self.recompile_reasons: list[list[str]] = []
         self._counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0}
         functools.update_wrapper(self, fn, updated=())
@@ -360,7 +364,7 @@ class CompiledFunction:
         reasons = []
         for entry in self._cache:
             free_vals = entry.free_values()
-            why = entry.check(leaves, free_vals, self.module)
+            why = entry.check(leaves, free_vals, self.module, spec)
             if why is None:
                 self._counters["cache_hits"] += 1
                 out = entry.call(args, kwargs, tensors, free_vals)
@@ -368,6 +372,7 @@ class CompiledFunction:
                     self._set_first(args, entry, free_vals)
                 return out
             reasons.append(why)
+        self._check_binding(args, kwargs)
         if len(self._cache) >= self.recompile_limit:
             raise RecompileLimitError(
                 f"tp.compile({self.name}): recompile_limit={self.recompile_limit} reached; this call matches none "
@@ -389,15 +394,39 @@ class CompiledFunction:
         return result
 
     # -- stages -------------------------------------------------------------------------------------
+    def _check_binding(self, args, kwargs):
+        """Arguments the function cannot take raise what calling it raises (Python's own
+        ``TypeError``, e.g. ``f() takes 1 positional argument but 2 were given``), before any
+        capture: ``inspect.signature(fn).bind`` decides, and then the function itself is called,
+        which fails while binding, before its body runs."""
+        sig = self._signature
+        if sig is _MISS:
+            import inspect
+            try:
+                sig = inspect.signature(self.fn)
+            except (TypeError, ValueError):   # no signature to check (some builtins): capture decides
+                sig = None
+            self._signature = sig
+        if sig is None:
+            return
+        try:
+            sig.bind(*args, **kwargs)
+        except TypeError as e:
+            err = e
+        else:
+            return
+        self.fn(*args, **kwargs)
+        raise TypeError(f"{self.name}(): {err}")   # the signature refused what the function accepts
+
     def _lower(self, args, kwargs) -> "Lowered":
         names = input_names_for(self.fn, args, kwargs)
         cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
                       sources=find_sources(self.fn, self.module), name=self.name)
-        leaves, _ = tree_flatten((args, kwargs))
+        leaves, spec = tree_flatten((args, kwargs))
         written = written_placeholders(cap.gm.graph)
         key = specialization_key(leaves, names, [(f.name, f.tensor) for f in cap.free],
                                  constants=list(cap.gm.attrs.values()), module=self.module,
-                                 writes_inputs=bool(written))
+                                 writes_inputs=bool(written), spec=spec)
         return Lowered(self, cap, key, leaves, written)
 
     def _backend_compile(self, lowered):
@@ -424,6 +453,7 @@ class CompiledFunction:
     def lower(self, *args, **kwargs) -> "Lowered":
         """Stage 1–2: capture and run the passes for these inputs (runs the function once with
         execute=True)."""
+        self._check_binding(args, kwargs)
         return self._lower(args, kwargs)
 
     def explain(self) -> str:
@@ -551,10 +581,10 @@ class Compiled:
         self.artifact = artifact
 
     def __call__(self, *args, **kwargs):
-        leaves, _ = tree_flatten((args, kwargs))
+        leaves, spec = tree_flatten((args, kwargs))
         e = self._entry
         free_vals = e.free_values()
-        why = e.check(leaves, free_vals, self.lowered._cf.module)
+        why = e.check(leaves, free_vals, self.lowered._cf.module, spec)
         if why is not None:
             raise GuardError(f"Compiled({self.lowered._cf.name}) called with inputs it was not built for: {why}")
         return e.call(args, kwargs, [x for x in leaves if isinstance(x, Tensor)], free_vals)

@@ -124,7 +124,7 @@ def test_exercise_3_guard_fails_iff_key_differs(change):
     guard = build_guard(k1)
     why = guard(variants[change], [], [], None)
     assert (why is None) == ([(e.subject, e.field, e.value) for e in k1] == [(e.subject, e.field, e.value) for e in k2])
-    assert guard.source.startswith("def guard(L, F, C, M):")
+    assert guard.source.startswith("def guard(L, F, C, M, S=None):")
 
 
 def test_guard_miss_messages_and_logging(capsys, monkeypatch):

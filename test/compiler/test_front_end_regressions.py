@@ -213,3 +213,70 @@ def test_strict_native_refuses_a_written_partial_overlap():
     base = tp.from_torch(torch.randn(4))
     with pytest.raises(BackendCompilerError, match="'a', 'b' overlap in memory"):
         cg(base[0:2], base[1:3])
+
+
+# ---- bug 3: arguments the function cannot take ------------------------------------------------------
+def _python_error(fn, *args, **kwargs):
+    with pytest.raises(TypeError) as info:
+        fn(*args, **kwargs)
+    return str(info.value)
+
+
+def _two(x, y):
+    return x - y
+
+
+def _defaults(x, k=2, *, scale=1.0):
+    return x * k * scale
+
+
+def _star(*xs, s=1):
+    out = xs[0]
+    for t in xs[1:]:
+        out = out + t
+    return out * s
+
+
+@pytest.mark.parametrize("warm", [False, True])
+@pytest.mark.parametrize("fn, good, bad", [
+    (lambda x: x * 2, (1, {}), [(2, {}), (0, {}), (1, {"y": 1}), (0, {"y": 1})]),
+    (_two, (2, {}), [(3, {}), (1, {}), (1, {"x": 1}), (2, {"z": 1})]),
+    (_defaults, (1, {"scale": 3.0}), [(4, {}), (1, {"k": 3, "j": 1}), (0, {"k": 2})]),
+    (_star, (3, {"s": 2}), [(2, {"x": 1}), (1, {"s": 2, "t": 1})]),
+], ids=["lambda", "two", "defaults", "star"])
+def test_bad_arguments_raise_what_python_raises(fn, good, bad, warm):
+    cf = tp.compile(fn)
+    xs = [rnd(3, seed=i) for i in range(4)]
+    (n_good, kw_good) = good
+    if warm:
+        for _ in range(2):
+            cf(*xs[:n_good], **kw_good)
+    captures = cf.counters["captures"]
+    for n, kw in bad:
+        kw = {k: (xs[0] if v == 1 else v) for k, v in kw.items()}
+        want = _python_error(fn, *xs[:n], **kw)
+        with pytest.raises(TypeError) as info:
+            cf(*xs[:n], **kw)
+        assert str(info.value) == want
+    assert cf.counters["captures"] == captures      # refused before any capture
+    with pytest.raises(TypeError, match=r"takes|missing|unexpected"):
+        cf.lower(*xs[:4], bogus=1)
+
+
+def test_keyword_order_and_defaults_are_part_of_the_key():
+    cf = tp.compile(_two)
+    a, b = rnd(4, seed=1), rnd(4, seed=2)
+    for _ in range(2):
+        assert_equal(cf(a, b), a._data - b._data)
+    for _ in range(2):                               # same leaves, other binding: y=a, x=b
+        assert_equal(cf(y=a, x=b), b._data - a._data)
+    assert cf.recompile_reasons[0][0] == "call: structure expected (*, *), got (y=*, x=*)"
+    cd = tp.compile(_defaults)
+    for _ in range(2):
+        assert_equal(cd(a), a._data * 2)
+        assert_equal(cd(a, 3), a._data * 3)
+        assert_equal(cd(a, k=3, scale=0.5), a._data * 1.5)
+    cs = tp.compile(_star)
+    for _ in range(2):
+        assert_equal(cs(a, b), a._data + b._data)
+        assert_equal(cs((a, b)[0], s=3), a._data * 3)

@@ -3,6 +3,9 @@
 A compiled artifact is valid for every call whose key equals the key it was captured with
 (Prop. 2.1).  The key is a list of :class:`KeyEntry` — *(subject, field, expression, value)*:
 
+* the call's structure (the signature part of K): how many positional arguments, which keywords
+  in which order, and the nesting of tuples/lists/dicts — the tree spec of ``(args, kwargs)``
+  (:class:`StructureEntry`); without it ``f(y=a, x=b)`` would pass the guards of ``f(a, b)``;
 * per tensor input (and per free tensor): type, dim, each size and stride, dtype, device,
   requires_grad; module state additionally its identity;
 * per non-tensor input: its type and value (Python scalars are specialized by value, §2.1);
@@ -26,7 +29,7 @@ import torch
 from ..._tensor import Tensor
 from .aliasing import alias_structure, describe_structure
 
-__all__ = ["KeyEntry", "AliasEntry", "specialization_key", "input_names_for"]
+__all__ = ["KeyEntry", "AliasEntry", "StructureEntry", "specialization_key", "input_names_for", "spec_text"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,6 +51,36 @@ class AliasEntry(KeyEntry):
     def describe(self, got) -> str:
         return (f"{self.subject}: {self.field} expected {describe_structure(self.value, self.names)}, "
                 f"got {describe_structure(got, self.names)}")
+
+
+def spec_text(spec) -> str:
+    """A tree spec (capture/pytree.py) as Python-like text, ``*`` for each leaf; the spec of
+    ``(args, kwargs)`` reads like a call, ``(*, (*, *), k=*)``."""
+    def rec(s):
+        if s == "*":
+            return "*"
+        kind, aux, ch = s
+        items = [rec(c) for c in ch]
+        if kind == "dict":
+            return "{" + ", ".join(f"{k!r}: {v}" for k, v in zip(aux, items)) + "}"
+        if kind == "list":
+            return "[" + ", ".join(items) + "]"
+        if kind == "namedtuple":
+            return f"{aux.__name__}(" + ", ".join(items) + ")"
+        return "(" + ", ".join(items) + ("," if len(items) == 1 else "") + ")"
+    if isinstance(spec, tuple) and len(spec) == 3 and spec[0] == "tuple" and len(spec[2]) == 2 \
+            and spec[2][1][0] == "dict":
+        (_, _, pos), (_, keys, kw) = spec[2]
+        return "(" + ", ".join([rec(c) for c in pos] + [f"{k}={rec(c)}" for k, c in zip(keys, kw)]) + ")"
+    return rec(spec)
+
+
+@dataclasses.dataclass(frozen=True)
+class StructureEntry(KeyEntry):
+    """The tree spec of the call's ``(args, kwargs)``, shown as text."""
+
+    def describe(self, got) -> str:
+        return f"{self.subject}: {self.field} expected {spec_text(self.value)}, got {spec_text(got)}"
 
 
 def _tensor_entries(subject, ref, t: Tensor, identity=False):
@@ -92,13 +125,15 @@ def input_names_for(fn, args, kwargs, leaves_per_arg=None) -> list[str]:
     return names
 
 
-def specialization_key(leaves, names, free=(), constants=(), module=None, writes_inputs=False):
+def specialization_key(leaves, names, free=(), constants=(), module=None, writes_inputs=False, spec=None):
     """The key of one call (see module doc).  ``free``: current free tensors; ``constants``:
     captured constant tensors; ``module``: the nn.Module being compiled, if any;
     ``writes_inputs``: the region writes one of its placeholders in place (then their aliasing is
-    part of the key)."""
+    part of the key); ``spec``: the tree spec of the call's ``(args, kwargs)`` (the guard's ``S``)."""
     from ...autograd import grad_mode
     key: list[KeyEntry] = []
+    if spec is not None:
+        key.append(StructureEntry("call", "structure", "S", spec))
     ph_refs, ph_names, ph_vals = [], [], []
     for i, leaf in enumerate(leaves):
         subj = f"arg {i} '{names[i]}'" if i < len(names) else f"arg {i}"

@@ -36,6 +36,8 @@ import sys
 import warnings
 import weakref
 
+import torch
+
 from .._tensor import Tensor, _wrap
 from ..autograd import grad_mode
 from .backends.registry import lookup_backend
@@ -360,6 +362,8 @@ class CompiledFunction:
 
     def _slow_call(self, args, kwargs):
         leaves, spec = tree_flatten((args, kwargs))
+        if any(isinstance(x, torch.Tensor) for x in leaves):
+            args, kwargs, leaves = self._from_torch(args, kwargs, leaves, spec)
         tensors = [x for x in leaves if isinstance(x, Tensor)]
         reasons = []
         for entry in self._cache:
@@ -392,6 +396,26 @@ class CompiledFunction:
         if not kwargs:
             self._set_first(args, entry, entry.free_values())
         return result
+
+    def _from_torch(self, args, kwargs, leaves, spec):
+        """``torch.Tensor`` arguments are taken as ``tp.from_torch`` takes them — zero-copy, sharing
+        memory and version counter — so the compiled program computes with TensorPlay ops and its
+        tensor outputs are ``tp.Tensor`` (``.torch()`` is zero-copy too).  A torch tensor that
+        requires grad is refused: its gradient would be lost (TensorPlay's autograd is its own).
+        Fresh wrappers each call: such calls never take the first-level entry."""
+        from .._tensor import from_torch
+        out = []
+        for i, x in enumerate(leaves):
+            if isinstance(x, torch.Tensor):
+                if x.requires_grad:
+                    name = input_names_for(self.fn, args, kwargs)[i]
+                    raise TypeError(f"tp.compile({self.name}): argument {name!r} is a torch.Tensor that requires "
+                                    f"grad; its gradient would not reach it (TensorPlay's autograd is its own). "
+                                    f"Pass a tp.Tensor: tp.from_torch(t.detach()).requires_grad_()")
+                x = from_torch(x)
+            out.append(x)
+        a, k = tree_unflatten(out, spec)
+        return a, k, out
 
     # -- stages -------------------------------------------------------------------------------------
     def _check_binding(self, args, kwargs):
@@ -454,6 +478,9 @@ class CompiledFunction:
         """Stage 1–2: capture and run the passes for these inputs (runs the function once with
         execute=True)."""
         self._check_binding(args, kwargs)
+        leaves, spec = tree_flatten((args, kwargs))
+        if any(isinstance(x, torch.Tensor) for x in leaves):
+            args, kwargs, _ = self._from_torch(args, kwargs, leaves, spec)
         return self._lower(args, kwargs)
 
     def explain(self) -> str:
@@ -582,6 +609,8 @@ class Compiled:
 
     def __call__(self, *args, **kwargs):
         leaves, spec = tree_flatten((args, kwargs))
+        if any(isinstance(x, torch.Tensor) for x in leaves):
+            args, kwargs, leaves = self.lowered._cf._from_torch(args, kwargs, leaves, spec)
         e = self._entry
         free_vals = e.free_values()
         why = e.check(leaves, free_vals, self.lowered._cf.module, spec)

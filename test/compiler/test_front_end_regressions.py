@@ -280,3 +280,27 @@ def test_keyword_order_and_defaults_are_part_of_the_key():
     for _ in range(2):
         assert_equal(cs(a, b), a._data + b._data)
         assert_equal(cs((a, b)[0], s=3), a._data * 3)
+
+
+# ---- friction 4: torch.Tensor arguments --------------------------------------------------------------
+@pytest.mark.parametrize("strict", [False, True])
+def test_torch_tensor_arguments_are_taken_zero_copy(strict):
+    f = tp.compile(lambda x: tp.relu(x) * 2, strict_native=strict)
+    g = tp.compile(lambda x, y: x * y + 1, strict_native=strict)
+    x, y = torch.randn(6), torch.randn(6)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error", RuntimeWarning)      # no fallback: native code
+        for _ in range(3):
+            x.add_(0.5)                                      # in place, between calls: seen
+            out = f(x)
+            assert isinstance(out, tp.Tensor)
+            torch.testing.assert_close(out.torch(), torch.relu(x) * 2, rtol=0, atol=0)
+            torch.testing.assert_close(g(x, y).torch(), x * y + 1, rtol=0, atol=0)
+            torch.testing.assert_close(g(tp.from_torch(x), [y][0]).torch(), x * y + 1, rtol=0, atol=0)
+    assert f.counters["captures"] == 1 and g.counters["captures"] == 1
+
+
+def test_torch_tensor_that_requires_grad_is_refused():
+    g = tp.compile(lambda x, y: x * y + 1)
+    with pytest.raises(TypeError, match="argument 'y' is a torch.Tensor that requires grad"):
+        g(tp.from_torch(torch.randn(3)), torch.randn(3, requires_grad=True))

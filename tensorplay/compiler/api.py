@@ -20,7 +20,9 @@ The path of one call of a compiled function (fig. 11.1):
 3. **miss**: capture a new specialization (capture/tracer.py), run the front-end passes
    (functionalise → extract gate replays → fixed point of rewrites, passes/), hand the graph to the
    backend, cache the entry.  Each miss is explained in words (``TP_LOG_RECOMPILES=1`` logs it); at
-   ``recompile_limit`` entries a :class:`RecompileLimitError` lists all reasons.
+   ``recompile_limit`` entries a miss warns once with all reasons and runs eagerly
+   (``strict_native=True`` or ``options={"compile.error_on_recompile_limit": True}``: a
+   :class:`RecompileLimitError` lists them).
 4. a backend failure falls back to running the captured graph op by op (one warning per graph)
    unless ``strict_native=True`` (§11.3).
 
@@ -77,6 +79,8 @@ OPTIONS = {
     "aot.partitioner": (str, "min_cut", "training regions: 'min_cut' (rematerialise cheap pointwise values) or "
                                         "'default' (save what the backward reads); docs/aot.md"),
     "debug.gates_after_dce": (bool, False, "exercise 4 ONLY: extract gate replays after DCE — wrong on purpose"),
+    "compile.error_on_recompile_limit": (bool, False, "at recompile_limit raise RecompileLimitError instead of warning "
+                                                      "once and running the calls that miss eagerly"),
 }
 MODES = {
     "default": {},
@@ -123,6 +127,7 @@ def reset():
         cf._cache.clear()
         cf._fold_fast_hits()
         cf._first = None
+        cf._limit_warned = False
 
 
 def _warn_user(msg, category=RuntimeWarning):
@@ -251,13 +256,15 @@ class CompiledFunction:
         self._fast = None        # (first-level check and run in one closure, its hit count) or None
         self._signature = _MISS  # inspect.Signature of fn, found at the first miss (None: none)
         self.recompile_reasons: list[list[str]] = []
-        self._counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0}
+        self._counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0, "over_limit_calls": 0}
+        self._limit_warned = False   # the recompile_limit warning is given once
         functools.update_wrapper(self, fn, updated=())
         _ALL.add(self)
 
     @property
     def counters(self) -> dict:
-        """calls, first-level hits (of both first-level paths), cache hits, captures."""
+        """calls, first-level hits (of both first-level paths), cache hits, captures, and calls that ran
+        eagerly because they matched no specialization with ``recompile_limit`` cached."""
         c = dict(self._counters)
         n = self._fast[1][0] if self._fast is not None else 0
         c["calls"] += n
@@ -378,9 +385,7 @@ class CompiledFunction:
             reasons.append(why)
         self._check_binding(args, kwargs)
         if len(self._cache) >= self.recompile_limit:
-            raise RecompileLimitError(
-                f"tp.compile({self.name}): recompile_limit={self.recompile_limit} reached; this call matches none "
-                f"of the cached specializations:\n" + "\n".join(f"  entry {i}: {r}" for i, r in enumerate(reasons)))
+            return self._over_limit(args, kwargs, reasons)
         if reasons:
             self.recompile_reasons.append(reasons)
             if _log_recompiles():
@@ -416,6 +421,24 @@ class CompiledFunction:
             out.append(x)
         a, k = tree_unflatten(out, spec)
         return a, k, out
+
+    def _over_limit(self, args, kwargs, reasons):
+        """A miss with ``recompile_limit`` entries cached (as PyTorch does): warn once per compiled
+        function with the reasons, then run the function eagerly for every call that misses;
+        ``strict_native=True`` or ``options["compile.error_on_recompile_limit"]`` raise
+        :class:`RecompileLimitError` instead."""
+        msg = (f"tp.compile({self.name}): recompile_limit={self.recompile_limit} reached; this call matches none "
+               f"of the cached specializations:\n" + "\n".join(f"  entry {i}: {r}" for i, r in enumerate(reasons)))
+        if self.strict_native or self.options["compile.error_on_recompile_limit"]:
+            raise RecompileLimitError(msg)
+        if not self._limit_warned:
+            self._limit_warned = True
+            _warn_user(msg + "\nFrom now on, calls that match no cached specialization run eagerly (not compiled). "
+                       "If sizes vary, dynamic=True (symbolic shapes) is coming; for now raise the limit with "
+                       f"tp.compile(..., recompile_limit=N) (now {self.recompile_limit}), or pass "
+                       "options={'compile.error_on_recompile_limit': True} to raise instead.", UserWarning)
+        self._counters["over_limit_calls"] += 1
+        return self.fn(*args, **kwargs)
 
     # -- stages -------------------------------------------------------------------------------------
     def _check_binding(self, args, kwargs):

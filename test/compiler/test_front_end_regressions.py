@@ -304,3 +304,34 @@ def test_torch_tensor_that_requires_grad_is_refused():
     g = tp.compile(lambda x, y: x * y + 1)
     with pytest.raises(TypeError, match="argument 'y' is a torch.Tensor that requires grad"):
         g(tp.from_torch(torch.randn(3)), torch.randn(3, requires_grad=True))
+
+
+# ---- friction 5: recompile_limit warns once, then runs misses eagerly -------------------------------
+def test_recompile_limit_warns_once_then_runs_eagerly():
+    cf = tp.compile(lambda x: x * 3 - 1, recompile_limit=2)
+    for n in (1, 2):
+        cf(rnd(n))
+    with pytest.warns(UserWarning, match=r"(?s)recompile_limit=2 reached.*entry 0: arg 0 'x': size\[0\] expected 1, "
+                                         r"got 3.*run eagerly.*dynamic=True.*recompile_limit=N"):
+        x = rnd(3, seed=5)
+        assert_equal(cf(x), x._data * 3 - 1)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for n in (4, 5, 4):
+            x = rnd(n, seed=n)
+            assert_equal(cf(x), x._data * 3 - 1)
+        for _ in range(2):                       # the cached specializations still run compiled
+            x = rnd(2, seed=7)
+            assert_equal(cf(x), x._data * 3 - 1)
+    c = cf.counters
+    assert c["captures"] == 2 and c["over_limit_calls"] == 4 and c["cache_hits"] + c["first_level_hits"] == 2
+
+
+@pytest.mark.parametrize("how", ["strict_native", "option"])
+def test_recompile_limit_raises_when_asked(how):
+    from tensorplay.compiler import RecompileLimitError
+    kw = {"strict_native": True} if how == "strict_native" else {"options": {"compile.error_on_recompile_limit": True}}
+    cf = tp.compile(lambda x: x + 1, recompile_limit=1, **kw)
+    cf(rnd(2))
+    with pytest.raises(RecompileLimitError, match="entry 0: arg 0 'x': size"):
+        cf(rnd(3))

@@ -516,6 +516,13 @@ class CompiledFunction:
             lines.append(f"recompilation {i}: " + "; ".join(rs))
         return "\n".join(lines)
 
+    def _describe(self, what) -> str:
+        return (f"{what}, backend={self.backend_name!r}, mode={self.mode!r}, specializations={len(self._cache)}, "
+                f"strict_native={self.strict_native}" + (", disable=True" if self.disable else "") + ")")
+
+    def __repr__(self):
+        return self._describe(f"CompiledFunction({self.name}")
+
     def __get__(self, obj, objtype=None):  # decorating a method
         if obj is None:
             return self
@@ -671,6 +678,19 @@ class CompiledModule:
 
     def explain(self):
         return self._compiled_forward.explain()
+
+    @property
+    def counters(self) -> dict:
+        """The compiled forward's counters (:attr:`CompiledFunction.counters`)."""
+        return self._compiled_forward.counters
+
+    @property
+    def recompile_reasons(self) -> list:
+        """The compiled forward's recompile reasons (:attr:`CompiledFunction.recompile_reasons`)."""
+        return self._compiled_forward.recompile_reasons
+
+    def __repr__(self):
+        return self._compiled_forward._describe(f"CompiledModule({type(self._orig_mod).__name__}")
 
 
 def compile(model=None, *, backend="stax", mode=None, options=None, dynamic=False, fullgraph=True,

@@ -335,3 +335,24 @@ def test_recompile_limit_raises_when_asked(how):
     cf(rnd(2))
     with pytest.raises(RecompileLimitError, match="entry 0: arg 0 'x': size"):
         cf(rnd(3))
+
+
+# ---- friction 6: repr and counters -----------------------------------------------------------------
+def test_repr_and_module_counters():
+    def f(x):
+        return x + 1
+    cf = tp.compile(f, backend="eager", mode="default")
+    x = rnd(3)
+    cf(x)
+    assert repr(cf) == "CompiledFunction(test_repr_and_module_counters.<locals>.f, backend='eager', " \
+                       "mode='default', specializations=1, strict_native=False)"
+    lin = tp.nn.Linear(3, 2)
+    cm = tp.compile(lin, strict_native=True)
+    assert repr(cm) == "CompiledModule(Linear, backend='stax', mode=None, specializations=0, strict_native=True)"
+    with tp.no_grad():
+        for _ in range(3):
+            torch.testing.assert_close(cm(x).torch(), lin(x).torch(), rtol=1e-6, atol=1e-6)
+        cm(rnd(4, 3))
+    assert cm.counters == {"calls": 4, "first_level_hits": 2, "cache_hits": 0, "captures": 2, "over_limit_calls": 0}
+    assert cm.recompile_reasons == [["arg 0 'input': dim expected 1, got 2"]]
+    assert "specializations=2" in repr(cm)

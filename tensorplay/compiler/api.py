@@ -82,6 +82,10 @@ OPTIONS = {
     "compile.error_on_recompile_limit": (bool, False, "at recompile_limit raise RecompileLimitError instead of warning "
                                                       "once and running the calls that miss eagerly"),
 }
+#: options that nothing reads yet (no CUDA graphs, no autotuning on CPU): accepted, so that code
+#: written for GPUs runs, with a UserWarning once per process and option when set (``_warn_no_effect``)
+NO_EFFECT_YET = ("stax.cudagraphs", "stax.max_autotune", "stax.coordinate_descent_tuning")
+_WARNED_NO_EFFECT: set = set()
 MODES = {
     "default": {},
     "reduce-overhead": {"stax.cudagraphs": True},
@@ -107,6 +111,17 @@ def resolve_options(mode=None, options=None) -> dict:
             raise TypeError(f"tp.compile: option {k!r} expects {typ.__name__}, got {type(v).__name__} {v!r}")
         out[k] = v
     return out
+
+
+def _warn_no_effect(mode, options, resolved):
+    """A UserWarning, once per process and option, for each set option of :data:`NO_EFFECT_YET`."""
+    for k in NO_EFFECT_YET:
+        if resolved[k] != OPTIONS[k][1] and k not in _WARNED_NO_EFFECT:
+            _WARNED_NO_EFFECT.add(k)
+            how = f"options[{k!r}]" if k in (options or {}) else f"mode={mode!r}"
+            _warn_user(f"tp.compile: {k}={resolved[k]!r} (set by {how}) has no effect on CPU yet — {OPTIONS[k][2]}; "
+                       f"the compiled code is what mode='default' gives (this warning is given once per process)",
+                       UserWarning)
 
 
 def list_mode_options(mode=None) -> dict:
@@ -247,6 +262,7 @@ class CompiledFunction:
         self.backend = lookup_backend(backend)
         self.mode = mode
         self.options = resolve_options(mode, options)
+        _warn_no_effect(mode, options, self.options)
         self.strict_native = strict_native
         self.recompile_limit = recompile_limit
         self.disable = disable

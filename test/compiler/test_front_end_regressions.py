@@ -356,3 +356,38 @@ def test_repr_and_module_counters():
     assert cm.counters == {"calls": 4, "first_level_hits": 2, "cache_hits": 0, "captures": 2, "over_limit_calls": 0}
     assert cm.recompile_reasons == [["arg 0 'input': dim expected 1, got 2"]]
     assert "specializations=2" in repr(cm)
+
+
+# ---- friction 7: options that do nothing yet warn; unknown options raise ----------------------------
+@pytest.mark.parametrize("mode, expect", [
+    ("max-autotune", {"stax.cudagraphs", "stax.max_autotune", "stax.coordinate_descent_tuning"}),
+    ("reduce-overhead", {"stax.cudagraphs"}),
+    ("max-autotune-no-cudagraphs", {"stax.max_autotune", "stax.coordinate_descent_tuning"}),
+])
+def test_modes_without_effect_warn_once_per_process_and_option(monkeypatch, mode, expect):
+    from tensorplay.compiler import api
+    monkeypatch.setattr(api, "_WARNED_NO_EFFECT", set())
+    with pytest.warns(UserWarning) as rec:
+        cf = tp.compile(lambda x: x * 2, mode=mode)
+    named = {k for k in api.NO_EFFECT_YET for w in rec if f"{k}=True (set by mode={mode!r}) has no effect on CPU yet"
+             in str(w.message)}
+    assert named == expect and len(rec) == len(expect)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        tp.compile(lambda x: x * 2, mode=mode)                  # once per process and option
+        tp.compile(lambda x: x * 2)                             # default mode: nothing to say
+        x = rnd(4)
+        for _ in range(2):
+            assert_equal(cf(x), x._data * 2)
+
+
+def test_option_without_effect_warns_and_unknown_option_raises(monkeypatch):
+    from tensorplay.compiler import api
+    monkeypatch.setattr(api, "_WARNED_NO_EFFECT", set())
+    with pytest.warns(UserWarning, match=r"stax.max_autotune=True \(set by options\['stax.max_autotune'\]\) has no "
+                                         r"effect on CPU yet"):
+        tp.compile(lambda x: x, options={"stax.max_autotune": True})
+    with pytest.raises(ValueError, match="unknown option 'stax.autotune'"):
+        tp.compile(lambda x: x, options={"stax.autotune": True})
+    with pytest.raises(ValueError, match="unknown mode 'fast'"):
+        tp.compile(lambda x: x, mode="fast")

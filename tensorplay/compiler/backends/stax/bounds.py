@@ -8,7 +8,9 @@ accepted when ``a >= 0`` is proved (the C++ printer uses truncating ``%`` and ``
 
 * **bounds checks are proved, not emitted**: every load and store of a kernel is checked at
   compile time to stay inside its buffer's storage (``check_access``); an access that cannot be
-  proved in range makes the kernel Unsupported (a fallback) instead of risking a bad access;
+  proved in range makes the kernel Unsupported (a fallback) instead of risking a bad access --
+  except a data-dependent one, whose element offsets the kernel then checks at run time
+  (``CppHandler._checked_gather``: a bad one raises IndexError, it is never read);
 * **masked loads** (``ops.masked``: pad, cat, roll, ...): a load inside a masked body only has to be
   in range where the mask holds.  :class:`AccessRecorder` evaluates a compute function
   symbolically, so a mask built from comparisons of ``index_expr``s with constants is a sympy
@@ -208,7 +210,18 @@ def check_access(name, expr, ranges, extent, cond=None):
     ``expr`` and in ``cond``: a conjunct ``floor(9*o/7) + 2 < 9`` then bounds the access
     ``floor(9*o/7) + 2``, and ``i >= 2`` bounds ``floor((i + 1)/3) - 1`` (a strided slice's
     gradient, ``_getitem_backward``; sound as well -- the term's values lie in its interval, and
-    dropping their link to the loop variables only widens)."""
+    dropping their link to the loop variables only widens).  Each checked index
+    ``IndirectIndex(tag, size)`` is read the same way, as a variable over ``[0, size)``, so a mask
+    on it clamps it: ``cat([a, b]).gather(0, i)`` reads ``b[i - 2]`` where ``2 <= i < 5`` (sound:
+    the kernel computes the mask and the access from the same checked value)."""
+    ind = sorted(expr.atoms(IndirectIndex) | (cond.atoms(IndirectIndex) if isinstance(cond, sympy.Basic) else set()),
+                 key=str)
+    shown = expr
+    if ind:
+        sub = {a: sympy.Symbol(f"_indirect{k}", integer=True) for k, a in enumerate(ind)}
+        ranges = {**ranges, **{sub[a]: (0, int(a.args[1]) - 1) for a in ind}}
+        expr = expr.xreplace(sub)
+        cond = cond.xreplace(sub) if isinstance(cond, sympy.Basic) else cond
     if cond is not None and cond is not sympy.true and cond is not sympy.false:
         ranges = refine(ranges, cond)       # the terms' intervals over the loop ranges the mask leaves
         terms = sorted({a for a in expr.atoms(sympy.floor, sympy.Mod) | cond.atoms(sympy.floor, sympy.Mod)
@@ -238,7 +251,7 @@ def check_access(name, expr, ranges, extent, cond=None):
                 e, ext[t] = sympy.expand(e - c * lin + c * t), (lo, hi)
     iv = bound(e, ext)
     if not iv.within(0, extent - 1):
-        raise Unsupported(f"cannot prove access {name}[{expr}] in [0, {extent}) (interval [{iv.lo}, {iv.hi}])")
+        raise Unsupported(f"cannot prove access {name}[{shown}] in [0, {extent}) (interval [{iv.lo}, {iv.hi}])")
 
 
 def index_type(intervals) -> str:
@@ -272,6 +285,7 @@ class AccessRecorder:
         self.loads = []
         self.index_exprs = []
         self._conds = []
+        self._tags = 0
 
     def _cond(self):
         if any(c is None for c in self._conds):
@@ -306,7 +320,8 @@ class AccessRecorder:
         return OPAQUE
 
     def indirect_indexing(self, value, size, wrap_negative=False, check=None):
-        return 0
+        self._tags += 1       # one tag per checked value: masks on one never clamp another
+        return self._tags - 1
 
     def add(self, a, b):
         return a + b if _is_expr(a) and _is_expr(b) else OPAQUE

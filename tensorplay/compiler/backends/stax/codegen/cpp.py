@@ -30,6 +30,7 @@ from __future__ import annotations
 import contextlib
 import math
 import operator
+import re
 
 import sympy
 import torch
@@ -128,6 +129,7 @@ class CppHandler:
         self._ind_expr = {}        # IndirectIndex tag -> its value as an index expression, when proved in range
         self._uniform = set()      # variables with the same value in every lane (broadcast loads)
         self._sym = {}             # variable -> sympy value of index arithmetic and its comparisons (masks)
+        self._ind_op = {}          # IndirectIndex tag -> the op its check message names ("tp.gather")
 
     def _emit(self, expr, dtype):
         key = (expr, dtype)
@@ -158,6 +160,8 @@ class CppHandler:
         if any(int(a.args[1]) == 0 for a in ind):
             # an index into an empty dim: every active lane has reported an error; read nothing
             return self._emit(f"{vt}({_lit(0, dtype)})", dtype)
+        if ind and name in k.checked_loads:
+            return self._checked_gather(ptr, name, expr, dtype, ind)
         if ind and all(self._ind[int(a.args[0])] in self._uniform for a in ind):
             # the same checked index in every lane (e.g. embedding rows): an ordinary affine load
             expr = expr.xreplace({a: sympy.Symbol(f"{self._ind[int(a.args[0])]}[0]", integer=True) for a in ind})
@@ -234,6 +238,21 @@ class CppHandler:
             code = (f"(({test}) ? tp_pattern_load<{CTYPE[dtype]}, {', '.join(map(str, lanes))}>({ptr} + {base}, "
                     f"{self._nl()}) : {code})")
         return self._emit(code, dtype)
+
+    def _checked_gather(self, ptr, name, expr, dtype, ind):
+        """A data-dependent load that bounds.py could not prove in range: its element offsets are
+        checked in the kernel against the buffer's extent like a checked index (a bad active lane
+        reports an IndexError naming the ops of its indices and reads element 0), so no lane ever
+        reads outside the buffer.  The indices were checked against their dims first, so with a
+        correct lowering this check never fires; it makes a weak proof cost speed, not safety."""
+        ops_ = sorted({self._ind_op.get(int(a.args[0]), "tp.index") for a in ind})
+        extent = int(self.k.extents[name])
+        msg = (f"IndexError: {'/'.join(ops_)}: element offset {{value}} is out of bounds for {name} of "
+               f"{extent} elements (run-time check of an index Stax could not prove in range)")
+        tag = self.indirect_indexing(self._lane_expr(expr), extent, False, msg)
+        off = self._ind[tag]
+        fn = "tp_gather_off_bool" if dtype == torch.bool else f"tp_gather_off<{CTYPE[dtype]}>"
+        return self._emit(f"{fn}({ptr}, {off}, {self._active()}, {self._nl()})", dtype)
 
     def _lane_pattern(self, expr):
         """For an index linear in Mod/floor atoms of the vector variable v (``floor((c*v + r)/q)``,
@@ -396,6 +415,7 @@ class CppHandler:
             self._ind_expr[tag] = proved
             return tag
         msg = (check or "IndexError: index {value} is out of bounds for size " + str(size))
+        op = re.match(r"\w+: (tp\.\w+)", msg)
         fmt = msg.replace("%", "%%").replace("{value}", "%lld").replace("\\", "\\\\").replace('"', '\\"')
         key = ("check", str(value), int(size), bool(wrap_negative), self._active(), self._nl(), fmt)
         if key not in self.cse:
@@ -412,6 +432,8 @@ class CppHandler:
                 self._uniform.add(self.cse[key].name)
         tag = len(self._ind)
         self._ind[tag] = self.cse[key].name
+        if op:
+            self._ind_op[tag] = op.group(1)
         return tag
 
     def _proved_index(self, value, size):
@@ -714,6 +736,7 @@ class KernelGen:
         self.plain_large_store = False   # the kernel stores to a buffer from_memory without streaming
         self.column = False       # column mode (see _column_mode): lanes = output columns
         self.col_u = 0            # column mode: which vector of the block's columns is generated
+        self.checked_loads = set()   # buffers whose indirect loads check their offsets at run time
 
     def tmp(self):
         self._tmp += 1
@@ -803,10 +826,18 @@ class KernelGen:
             extents[name] = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
         ivs = []
         nonempty = all(hi >= lo for lo, hi in ranges.values())
+        self.extents = extents
         for name, e, cond in self.accesses:
             if name in self.locals:
                 continue
-            check_access(name, e, ranges, extents[name], cond)   # a masked load: where its mask holds
+            try:
+                check_access(name, e, ranges, extents[name], cond)   # a masked load: where its mask holds
+            except Unsupported:
+                if not e.atoms(IndirectIndex):
+                    raise
+                # a data-dependent access bounds.py cannot prove: every indirect load of this buffer
+                # checks its element offsets in the kernel (CppHandler._checked_gather)
+                self.checked_loads.add(name)
             if nonempty:
                 ivs.append(bound(e, ranges))   # computed in every lane (masked or not): sets the width
         if nonempty:

@@ -222,6 +222,20 @@ class Entry:
             return lambda args: tuple([wrap(o) for o in direct([a._data for a in args])])
         return lambda args: wrap(direct([a._data for a in args])[0])
 
+    def reruns_capture(self) -> bool:
+        """Does the first call return this artifact's results rather than the capture run's?  For a
+        training region compiled through AOT (docs/aot.md "The first step") that writes no input
+        and draws no random numbers: the capture run's outputs carry eager autograd history, so
+        their backward would run eagerly and the compiled backward would wait for the second step;
+        running the compiled forward once more on the same inputs (pure, so the same values within
+        the error model) gives outputs whose backward is the compiled one.  A region that writes an
+        input (already written by the capture run) or draws random numbers (the stream would advance
+        twice) keeps the capture run's outputs."""
+        rt = getattr(self.artifact, "aot", None)
+        if rt is None or not rt.needs_grad or rt.mutated or self.mutates_inputs or self.eager is not None:
+            return False
+        return not any("random" in n.tags for n in self.lowered.graph_module.graph.nodes if n.op == "call_function")
+
     def free_values(self):
         return [f.get() for f in self.free] if self.free else ()
 
@@ -279,9 +293,11 @@ class CompiledFunction:
 
     @property
     def counters(self) -> dict:
-        """calls, first-level hits (of both first-level paths), cache hits, captures, and calls that ran
-        eagerly because they matched no specialization with ``recompile_limit`` cached."""
+        """calls, first-level hits (of both first-level paths), cache hits, captures, calls that ran
+        eagerly because they matched no specialization with ``recompile_limit`` cached, and compiled
+        backward graphs built so far (training regions, at their first ``backward()``)."""
         c = dict(self._counters)
+        c["backward_compiles"] = sum(getattr(getattr(e.artifact, "aot", None), "bw_compiles", 0) for e in self._cache)
         n = self._fast[1][0] if self._fast is not None else 0
         c["calls"] += n
         c["first_level_hits"] += n
@@ -412,6 +428,9 @@ class CompiledFunction:
         self._counters["captures"] += 1
         if lowered.capture.result is not None or self.options["capture.execute"]:
             result = lowered.capture.result  # the capture run was the first call (execute=True)
+            lowered.capture.result = None    # (the cache must not keep the first call's outputs alive)
+            if entry.reruns_capture():
+                result = entry.call(args, kwargs, tensors, entry.free_values())
         else:
             result = entry.call(args, kwargs, tensors, entry.free_values())
         if not kwargs:

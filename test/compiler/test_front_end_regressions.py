@@ -353,7 +353,8 @@ def test_repr_and_module_counters():
         for _ in range(3):
             torch.testing.assert_close(cm(x).torch(), lin(x).torch(), rtol=1e-6, atol=1e-6)
         cm(rnd(4, 3))
-    assert cm.counters == {"calls": 4, "first_level_hits": 2, "cache_hits": 0, "captures": 2, "over_limit_calls": 0}
+    assert cm.counters == {"calls": 4, "first_level_hits": 2, "cache_hits": 0, "captures": 2, "over_limit_calls": 0,
+                           "backward_compiles": 0}
     assert cm.recompile_reasons == [["arg 0 'input': dim expected 1, got 2"]]
     assert "specializations=2" in repr(cm)
 
@@ -391,3 +392,43 @@ def test_option_without_effect_warns_and_unknown_option_raises(monkeypatch):
         tp.compile(lambda x: x, options={"stax.autotune": True})
     with pytest.raises(ValueError, match="unknown mode 'fast'"):
         tp.compile(lambda x: x, mode="fast")
+
+
+# ---- friction 8: the first training step's backward is the compiled one -----------------------------
+@pytest.mark.parametrize("backend", ["stax", "aot_eager"])
+def test_first_backward_uses_the_compiled_backward(backend):
+    torch.manual_seed(3)
+    ref = torch.nn.Sequential(torch.nn.Linear(8, 16), torch.nn.Tanh(), torch.nn.Linear(16, 1))
+    m = tp.nn.Sequential(tp.nn.Linear(8, 16), tp.nn.Tanh(), tp.nn.Linear(16, 1))
+    with torch.no_grad():
+        for p, q in zip(m.parameters(), ref.parameters()):
+            p._data.copy_(q)
+    cm = tp.compile(m, backend=backend)
+    x, y = torch.randn(16, 8), torch.randn(16, 1)
+    for step in (1, 2, 3):
+        out = cm(tp.from_torch(x))
+        assert out.grad_fn.name() == "CompiledRegionFunctionBackward", step
+        loss = tp.nn.functional.mse_loss(out, tp.from_torch(y))
+        loss.backward()
+        assert cm.counters["backward_compiles"] == 1, step       # built at the first backward()
+        ref.zero_grad()
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            torch.testing.assert_close(p.grad._data, q.grad, rtol=1e-4, atol=1e-6)
+        with torch.no_grad():                                    # SGD, in place on both
+            for p, q in zip(m.parameters(), ref.parameters()):
+                p._data.sub_(0.1 * p.grad._data)
+                q.sub_(0.1 * q.grad)
+                p.grad = None
+    assert cm.counters["captures"] == 1
+
+
+def test_first_call_of_a_region_that_writes_a_buffer_keeps_the_capture_run():
+    bn = tp.nn.BatchNorm1d(4)
+    cm = tp.compile(tp.nn.Sequential(tp.nn.Linear(3, 4), bn))
+    x = rnd(8, 3)
+    cm(x).sum().backward()                                       # eager first backward (docs/aot.md)
+    assert cm.counters["backward_compiles"] == 0
+    torch.testing.assert_close(bn.num_batches_tracked._data, torch.tensor(1))   # written once, not twice
+    cm(x).sum().backward()
+    assert cm.counters["backward_compiles"] == 1

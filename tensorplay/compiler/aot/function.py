@@ -174,6 +174,7 @@ class AOTRuntime:
         n_saved = len(ph) - len(self.diff_idx)
         self.tangent_meta = [p.meta.get("val") for p in ph[n_saved:]]
         self._bw = None
+        self.bw_compiles = 0     # backward graphs built (CompiledFunction.counters["backward_compiles"])
         if strict_native and check_native is not None:
             check_native(self.bw_gm, [_example_from_meta(p.meta["val"]) for p in ph])
         self.source = getattr(self.fw, "source", None)
@@ -223,6 +224,7 @@ class AOTRuntime:
         """The compiled backward, built at the first backward() (§11.6)."""
         if self._bw is None:
             example = [_detached(t) for t in saved] + [_detached(t) for t in tangents]
+            self.bw_compiles += 1
             try:
                 self._bw = self._bw_compiler(self.bw_gm, example)
             except Exception as e:

@@ -9,7 +9,8 @@ The path of one call of a compiled function (fig. 11.1):
    strides or storage offset), and torch bumps ``_version`` on every in-place change of a storage
    tensor's metadata (``set_``, ``resize_``, ``as_strided_``, ``t_``), so every tensor field of the
    key — and which inputs alias (one storage tensor fixes its memory) — is unchanged when these
-   hold.  In the common case (no module, free values, scalars or input mutation) this is one closure that calls
+   hold.  Writes that bypass the version counter (through ``numpy()``) are not seen here, so
+   data gates are not replayed for them (docs/compiler.md, "Hole").  In the common case (no module, free values, scalars or input mutation) this is one closure that calls
    the generated wrapper directly (``_make_fast``): few frames, which matters when the caches are
    cold (docs/stax.md "Call overhead with cold caches");
 2. **specialization cache** (§2.2–2.3): flatten the inputs; for each cached entry run its guard

@@ -432,3 +432,30 @@ def test_first_call_of_a_region_that_writes_a_buffer_keeps_the_capture_run():
     torch.testing.assert_close(bn.num_batches_tracked._data, torch.tensor(1))   # written once, not twice
     cm(x).sum().backward()
     assert cm.counters["backward_compiles"] == 1
+
+
+# ---- friction 9: data gates and writes that bypass the version counter ------------------------------
+def _gated(x):
+    if x.sum() > 0:
+        return x * 2
+    return x * 3
+
+
+def test_numpy_write_and_data_gates():
+    cf = tp.compile(_gated)
+    xt = torch.rand(5) + 0.5
+    x = tp.from_torch(xt)
+    for _ in range(2):
+        assert_equal(cf(x), xt * 2)
+    x.numpy()[:] = -(torch.rand(5) + 0.5).numpy()             # no version bump: the documented hole —
+    assert_equal(cf(x), xt * 2)                              # the first-level entry keeps the old branch
+    x.add_(0)                                                # bump the version: gates are replayed
+    for _ in range(2):
+        assert_equal(cf(x), xt * 3)
+    x.torch().mul_(-1)                                       # a torch op on the shared tensor bumps it too
+    for _ in range(2):
+        assert_equal(cf(x), xt * 2)
+    x.numpy()[:] = -x.numpy()                                # ... or a new tensor object for the same memory
+    for _ in range(2):
+        assert_equal(cf(tp.from_numpy(x.numpy())), xt * 3)
+    assert cf.counters["captures"] == 2

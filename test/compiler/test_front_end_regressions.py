@@ -435,14 +435,9 @@ def test_first_call_of_a_region_that_writes_a_buffer_keeps_the_capture_run():
 
 
 # ---- friction 9: data gates and writes that bypass the version counter ------------------------------
-def _gated(x):
-    if x.sum() > 0:
-        return x * 2
-    return x * 3
-
-
 def test_numpy_write_and_data_gates():
-    cf = tp.compile(_gated)
+    from test_compiler_front import _branchy      # if x.sum() > 0: x * 2, else x * 3
+    cf = tp.compile(_branchy)
     xt = torch.rand(5) + 0.5
     x = tp.from_torch(xt)
     for _ in range(2):

@@ -4,7 +4,7 @@ The path of one call of a compiled function (fig. 11.1):
 
 1. **first-level entry** (§2.4): the same tensor objects, each still holding the same storage
    tensor (``_data``) at the same ``_version`` and with the same ``requires_grad``, as the last call
-   (and the same grad mode / training flag)?  Call that artifact — nothing else is checked.  This
+   (and the same grad mode and ``training`` flags of the keyed modules and their submodules)?  Call that artifact — nothing else is checked.  This
    is a projection of the key: ``x.data = ...`` replaces ``_data`` (a new dtype, device, shape,
    strides or storage offset), and torch bumps ``_version`` on every in-place change of a storage
    tensor's metadata (``set_``, ``resize_``, ``as_strided_``, ``t_``), so every tensor field of the
@@ -184,6 +184,7 @@ class Entry:
         self.guard = lowered.guard
         self.replay = lowered.replay
         self.free = lowered.capture.free
+        self.module_getters = lowered.module_getters
         self.constants = list(lowered.capture.gm.attrs.values())
         self.artifact = artifact
         # inputs that overlap in memory with one of them written (specialize/aliasing.py): this
@@ -240,8 +241,12 @@ class Entry:
     def free_values(self):
         return [f.get() for f in self.free] if self.free else ()
 
-    def check(self, leaves, free_vals, module, spec):
-        why = self.guard(leaves, free_vals, self.constants, module, spec)
+    def modules(self):
+        """The keyed modules as they are now (the compiled module, those of closures and globals)."""
+        return tuple(g() for g in self.module_getters)
+
+    def check(self, leaves, free_vals, spec):
+        why = self.guard(leaves, free_vals, self.constants, self.modules(), spec)
         if why is None and self.replay is not None:
             why = self.replay.check([x for x in leaves if isinstance(x, Tensor)] + list(free_vals))
         return why
@@ -326,8 +331,8 @@ class CompiledFunction:
         # first-level entry (§2.4): same objects holding the same storage tensors at the same
         # versions, same requires_grad -> run the artifact directly
         if fl is not None and not kwargs and len(args) == fl[0] and grad_mode._state.enabled is fl[3]:
-            _, objs, snaps, _, entry, training, free_objs, free_snaps = fl
-            if _unchanged(args, objs, snaps) and (self.module is None or self.module.training is training):
+            _, objs, snaps, _, entry, flags, free_objs, free_snaps = fl
+            if _unchanged(args, objs, snaps) and all(m.training is f for m, f in flags):
                 if not entry.free:
                     return self._first_hit(entry, args, ())
                 free_vals = entry.free_values()
@@ -349,7 +354,7 @@ class CompiledFunction:
         self._fold_fast_hits()
         if all(isinstance(a, Tensor) or a is None or isinstance(a, (int, float, bool, str)) for a in args):
             self._first = (len(args), args, _snapshot(args), grad_mode._state.enabled, entry,
-                           self.module.training if self.module is not None else None,
+                           tuple((x, x.training) for m in entry.modules() for x in m.modules()),
                            free_vals, _snapshot(free_vals))
             self._fast = self._make_fast(args, entry)
         else:
@@ -366,7 +371,7 @@ class CompiledFunction:
     def _make_fast(self, args, entry):
         """The fast first-level entry for these arguments, or None when the general first-level
         path must run (a module, free values, Python scalars, input mutation, complex outputs)."""
-        run = entry.fast_runner() if self.module is None and not self.disable else None
+        run = entry.fast_runner() if not entry.module_getters and not self.disable else None
         if run is None or not all(isinstance(a, Tensor) for a in args):
             return None
         objs = tuple(args)
@@ -408,7 +413,7 @@ class CompiledFunction:
         reasons = []
         for entry in self._cache:
             free_vals = entry.free_values()
-            why = entry.check(leaves, free_vals, self.module, spec)
+            why = entry.check(leaves, free_vals, spec)
             if why is None:
                 self._counters["cache_hits"] += 1
                 out = entry.call(args, kwargs, tensors, free_vals)
@@ -503,14 +508,15 @@ class CompiledFunction:
 
     def _lower(self, args, kwargs) -> "Lowered":
         names = input_names_for(self.fn, args, kwargs)
+        mods = []
         cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
-                      sources=find_sources(self.fn, self.module), name=self.name)
+                      sources=find_sources(self.fn, self.module, mods), name=self.name)
         leaves, spec = tree_flatten((args, kwargs))
         written = written_placeholders(cap.gm.graph)
         key = specialization_key(leaves, names, [(f.name, f.tensor) for f in cap.free],
-                                 constants=list(cap.gm.attrs.values()), module=self.module,
+                                 constants=list(cap.gm.attrs.values()), modules=[(d, g()) for d, g in mods],
                                  writes_inputs=bool(written), spec=spec)
-        return Lowered(self, cap, key, leaves, written)
+        return Lowered(self, cap, key, leaves, written, [g for _, g in mods])
 
     def _backend_compile(self, lowered):
         if lowered.eager_reason is not None:   # the entry runs the function itself (Entry.eager)
@@ -576,8 +582,9 @@ class CompiledFunction:
 class Lowered:
     """A captured and optimised graph for one specialization (seed 001 §2: trace -> lower)."""
 
-    def __init__(self, cf, cap, key, leaves, written=frozenset()):
+    def __init__(self, cf, cap, key, leaves, written=frozenset(), module_getters=()):
         self._cf = cf
+        self.module_getters = list(module_getters)   # the keyed modules' getters (the guard's M)
         self.capture = cap
         self.key = key
         self.guard = build_guard(key, name="guard")
@@ -679,7 +686,7 @@ class Compiled:
             args, kwargs, leaves = self.lowered._cf._from_torch(args, kwargs, leaves, spec)
         e = self._entry
         free_vals = e.free_values()
-        why = e.check(leaves, free_vals, self.lowered._cf.module, spec)
+        why = e.check(leaves, free_vals, spec)
         if why is not None:
             raise GuardError(f"Compiled({self.lowered._cf.name}) called with inputs it was not built for: {why}")
         return e.call(args, kwargs, [x for x in leaves if isinstance(x, Tensor)], free_vals)

@@ -454,3 +454,34 @@ def test_numpy_write_and_data_gates():
     for _ in range(2):
         assert_equal(cf(tp.from_numpy(x.numpy())), xt * 3)
     assert cf.counters["captures"] == 2
+
+
+# ---- training flags of submodules and of modules reached through closures ----------------------------
+MODEL_G = tp.nn.Sequential(tp.nn.Linear(4, 4), tp.nn.Dropout(0.5))
+
+
+def _through_global(x):
+    return MODEL_G(x)
+
+
+@pytest.mark.parametrize("how", ["compiled module, submodule.eval()", "global module", "closure module"])
+def test_eval_of_a_submodule_or_closure_module_is_seen(how):
+    m = MODEL_G if how == "global module" else tp.nn.Sequential(tp.nn.Linear(4, 4), tp.nn.Dropout(0.5))
+    m.train()
+    if how.startswith("compiled"):
+        cf = tp.compile(m)
+    elif how == "global module":
+        cf = tp.compile(_through_global)
+    else:
+        cf = tp.compile(lambda x: m(x) * 1)
+    x = rnd(64, 4)
+    with tp.no_grad():
+        for _ in range(2):
+            cf(x)
+        (m[1] if how.startswith("compiled") else m).eval()
+        for _ in range(2):
+            torch.testing.assert_close(cf(x).torch(), m(x).torch(), rtol=1e-6, atol=1e-6)
+            y = rnd(64, 4, seed=3)                            # the guarded path too
+            torch.testing.assert_close(cf(y).torch(), m(y).torch(), rtol=1e-6, atol=1e-6)
+    assert cf.counters["captures"] == 2
+    assert "training flags expected (True, True, True), got (" in str(cf.recompile_reasons)

@@ -78,13 +78,22 @@ def convert_gate(kind, tensor):
     return _CONVERT[kind](d)
 
 
-def find_sources(fn, module=None) -> dict:
+def find_sources(fn, module=None, modules=None) -> dict:
     """id(tensor) -> (description, getter) for tensors reachable from fn's closure, globals and
-    the module's parameters/buffers."""
+    the module's parameters/buffers.  ``modules``: a list that receives ``(description, getter)``
+    for the module and every module found in the closure or globals (their ``training`` flags are
+    part of the specialization key)."""
     from ...nn import Module
     src = {}
+    seen = set()
+
+    def found(v, desc, get):
+        _module_sources(src, v, desc, get)
+        if modules is not None and id(v) not in seen:
+            seen.add(id(v))
+            modules.append((desc, get))
     if module is not None:
-        _module_sources(src, module, "self", lambda m=module: m)
+        found(module, "self", lambda m=module: m)
     f = fn.__func__ if isinstance(fn, types.MethodType) else fn
     code = getattr(f, "__code__", None)
     if code is not None:
@@ -96,14 +105,14 @@ def find_sources(fn, module=None) -> dict:
             if isinstance(v, Tensor) and id(v) not in src:
                 src[id(v)] = (f"closure '{name}'", (lambda c=cell: c.cell_contents))
             elif isinstance(v, Module):
-                _module_sources(src, v, f"closure '{name}'", lambda c=cell: c.cell_contents)
+                found(v, f"closure '{name}'", lambda c=cell: c.cell_contents)
         g = getattr(f, "__globals__", {})
         for name in code.co_names:
             v = g.get(name)
             if isinstance(v, Tensor) and id(v) not in src:
                 src[id(v)] = (f"global '{name}'", (lambda gl=g, n=name: gl[n]))
             elif isinstance(v, Module):
-                _module_sources(src, v, f"global '{name}'", lambda gl=g, n=name: gl[n])
+                found(v, f"global '{name}'", lambda gl=g, n=name: gl[n])
     return src
 
 

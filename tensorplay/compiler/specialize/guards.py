@@ -1,7 +1,7 @@
 """Guards generated from the specialization key (chapter §2.3).
 
 ``build_guard(key)`` returns a function ``check(L, F, C, M, S=None) -> None | str`` (flat input
-leaves, free tensors, constants, module, the tree spec of the call): None when every key
+leaves, free tensors, constants, the keyed modules, the tree spec of the call): None when every key
 entry holds for the call, otherwise the description of the first entry that fails, e.g.
 ``arg 0 'x': size[0] expected 64, got 128``.  The function is generated as Python source from the
 key entries alone (its text is in ``check.source``) — the guard is a projection of the key, never

@@ -12,7 +12,9 @@ A compiled artifact is valid for every call whose key equals the key it was capt
 * which placeholders (tensor inputs and free tensors) share memory, when the region writes one of
   them in place (aliasing.py: ``"same"`` groups are merged into one input, partial overlaps with a
   write run eagerly);
-* global state that changes the program: grad mode, the module's ``training`` flags;
+* global state that changes the program: grad mode, the ``training`` flags of the compiled module
+  and of every module the function reaches through its closure or globals (all their submodules:
+  ``model.dropout.eval()`` is seen);
 * constants captured by reference: their version;
 * data-gate outcomes are the last part of the key; they are checked by replay (gates.py).
 
@@ -125,9 +127,10 @@ def input_names_for(fn, args, kwargs, leaves_per_arg=None) -> list[str]:
     return names
 
 
-def specialization_key(leaves, names, free=(), constants=(), module=None, writes_inputs=False, spec=None):
+def specialization_key(leaves, names, free=(), constants=(), modules=(), writes_inputs=False, spec=None):
     """The key of one call (see module doc).  ``free``: current free tensors; ``constants``:
-    captured constant tensors; ``module``: the nn.Module being compiled, if any;
+    captured constant tensors; ``modules``: ``(description, module)`` of the module being compiled
+    (``"self"``) and of the modules reached through closures and globals (the guard's ``M[j]``);
     ``writes_inputs``: the region writes one of its placeholders in place (then their aliasing is
     part of the key); ``spec``: the tree spec of the call's ``(args, kwargs)`` (the guard's ``S``)."""
     from ...autograd import grad_mode
@@ -160,7 +163,8 @@ def specialization_key(leaves, names, free=(), constants=(), module=None, writes
     for j, t in enumerate(constants):
         key.append(KeyEntry(f"constant {j}", "version", f"C[{j}]._version", t._version))
     key.append(KeyEntry("grad mode", "enabled", "G.enabled", grad_mode._state.enabled))
-    if module is not None:
-        flags = tuple(m.training for m in module.modules()) if hasattr(module, "modules") else (module.training,)
-        key.append(KeyEntry("module", "training flags", "_training(M)", flags))
+    for j, (desc, m) in enumerate(modules):
+        flags = tuple(x.training for x in m.modules()) if hasattr(m, "modules") else (m.training,)
+        key.append(KeyEntry("module" if desc == "self" else f"module {desc}", "training flags", f"_training(M[{j}])",
+                            flags))
     return key

@@ -77,8 +77,15 @@
 #include <immintrin.h>
 #endif
 
-#pragma GCC diagnostic push
+// ABI NOTE.  A Vec wider than the target's registers (TP_VEC_BYTES=64 without AVX-512, 32 without
+// AVX) is a GCC vector returned by value, for which g++ notes "-Wpsabi: ... changes the ABI" at the
+// first such call -- in the including file, after this header, so a push/pop around the header
+// cannot hide it.  The note is about passing such values between objects built with different
+// flags; Vec values never cross a translation unit (everything here is inline, and kernels export
+// only extern "C" functions of pointers and integers), so the note does not apply to any program
+// that includes this header and is switched off for the whole translation unit.
 #pragma GCC diagnostic ignored "-Wpsabi"
+#pragma GCC diagnostic push
 
 // ------------------------------------------------------------------ width selection
 #if defined(TP_SCALAR)
@@ -2122,7 +2129,7 @@ TP_INLINE Vec<int64_t> zext(const Vec<int32_t>& a) { return cast<int64_t>(a) & V
 // halves.  AVX-512/AVX2: vpmuludq multiplies the even 32-bit lanes into 64-bit products; a second
 // one multiplies the odd lanes (shifted down), and two blends sort the halves back into lanes.
 template <typename C>
-TP_INLINE void chunk_mulhilo(C x, uint32_t m, C& hi, C& lo) {
+TP_INLINE void chunk_mulhilo(const C& x, uint32_t m, C& hi, C& lo) {
 #if defined(__AVX512F__)
     if constexpr (sizeof(C) == 64) {
         const __m512i mm = _mm512_set1_epi32((int)m), v = (__m512i)x;

@@ -18,6 +18,9 @@ Threads suffice for C++: a worker spends its time waiting for the g++ subprocess
 
 Environment: ``TP_COMPILE_THREADS`` = pool size (default ``os.cpu_count()``); ``0`` compiles
 synchronously inside ``cpp`` (errors are then raised there, which is convenient for debugging).
+``TP_COMPILE_PROGRESS``: a ``wait`` still waiting after :data:`PROGRESS_DELAY_S` seconds shows a
+tqdm bar of kernels compiled / total on stderr -- by default (``auto``) only when stderr is a
+terminal; ``1`` shows it in non-interactive runs too, ``0`` never.
 Cache hits never reach the pool: a kernel already loaded in this process resolves immediately, and
 one on disk costs a checksum and a ``dlopen`` in a worker.
 
@@ -28,8 +31,9 @@ and builds its call extension concurrently with :meth:`AsyncCompile.submit`.
 from __future__ import annotations
 
 import os
+import sys
 import threading
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
 from . import codecache
 from .codecache import CppCompileError
@@ -49,6 +53,33 @@ def compile_threads() -> int:
             raise ValueError(f"TP_COMPILE_THREADS={n} must be >= 0")
         return n
     return os.cpu_count() or 1
+
+
+#: seconds a ``wait`` runs before its progress bar appears (short compiles stay silent)
+PROGRESS_DELAY_S = 2.0
+
+
+def show_progress() -> bool:
+    """``$TP_COMPILE_PROGRESS``: ``1`` always, ``0`` never, ``auto`` (default) when stderr is a terminal."""
+    env = os.environ.get("TP_COMPILE_PROGRESS", "auto").strip().lower()
+    if env not in ("auto", "0", "1"):
+        raise ValueError(f"TP_COMPILE_PROGRESS={env!r}: expected 'auto', '0' or '1'")
+    if env == "auto":
+        return bool(getattr(sys.stderr, "isatty", lambda: False)())
+    return env == "1"
+
+
+def _progress(futures, desc: str):
+    """Iterate over ``futures`` as they finish, behind a tqdm bar that appears only after
+    :data:`PROGRESS_DELAY_S` seconds (nothing when progress is off or tqdm is not installed)."""
+    if not show_progress() or all(f.done() for f in futures):
+        return iter(futures)
+    try:
+        from tqdm import tqdm
+    except ImportError:
+        return iter(futures)
+    return tqdm(as_completed(futures), total=len(futures), desc=desc, unit="kernel",
+                delay=PROGRESS_DELAY_S, leave=False, file=sys.stderr)
 
 
 _pool: ThreadPoolExecutor | None = None
@@ -216,6 +247,8 @@ class AsyncCompile:
         compiled function.  Waits for all of them; the first failure is raised (naming the
         kernel), with the names of any other failed kernels appended."""
         pending = [(k, v) for k, v in list(scope.items()) if isinstance(v, CppKernelFuture)]
+        for _ in _progress([ph._future for _, ph in pending], "tp.compile: kernels"):
+            pass
         errors = []
         for k, ph in pending:
             try:

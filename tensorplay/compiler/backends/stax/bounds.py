@@ -23,18 +23,22 @@ accepted when ``a >= 0`` is proved (the C++ printer uses truncating ``%`` and ``
   expressions it is the atom :class:`IndirectIndex` with the range ``[0, size - 1]``.  A bad index
   is reported with ``tp_report_error`` (stax_kernel.h, the kernels' run-time error slot); the
   kernel's Python call raises it as an ``IndexError`` naming the op, the index value and the size;
-* **index width**: if every index of a kernel fits in [-2^31, 2^31), its loop variables and index
-  arithmetic use ``int32_t`` (``index_type``), otherwise ``int64_t``.
+* **index width**: if every index of a kernel, every partial sum on the way to it (``magnitude``)
+  and every loop counter (the iteration space's size plus the largest loop step) fits in
+  [-2^31, 2^31), its loop variables and index arithmetic use ``int32_t`` (``index_type``),
+  otherwise ``int64_t``.
 """
 from __future__ import annotations
 
 import dataclasses
+import math
 
 import sympy
 
 from .ir import Unsupported
 
-__all__ = ["Interval", "bound", "check_access", "index_type", "IndirectIndex", "AccessRecorder", "refine"]
+__all__ = ["Interval", "bound", "check_access", "index_type", "magnitude", "IndirectIndex", "AccessRecorder",
+           "refine"]
 
 INT32 = (-(2 ** 31), 2 ** 31 - 1)
 
@@ -252,6 +256,24 @@ def check_access(name, expr, ranges, extent, cond=None):
     iv = bound(e, ext)
     if not iv.within(0, extent - 1):
         raise Unsupported(f"cannot prove access {name}[{shown}] in [0, {extent}) (interval [{iv.lo}, {iv.hi}])")
+
+
+def magnitude(expr, ranges: dict) -> int:
+    """The largest ``|value|`` of ``expr`` and of every partial result C++ forms while evaluating it
+    term by term (``cexpr``'s sums, products, ``%`` and ``/`` arguments): the sum of the terms'
+    maxima bounds every partial sum in any order, so an index type that holds it never overflows
+    on the way, even where the terms' signs differ."""
+    e = sympy.sympify(expr)
+    if e.is_Add:
+        return sum(magnitude(a, ranges) for a in e.args)
+    if e.is_Mul:
+        return math.prod(magnitude(a, ranges) for a in e.args)
+    if isinstance(e, sympy.Mod):
+        return max(magnitude(e.args[0], ranges), abs(int(e.args[1])) if e.args[1].is_Integer else 0)
+    if isinstance(e, sympy.floor):
+        return magnitude(_fraction(e.args[0])[0], ranges)
+    iv = bound(e, ranges)
+    return max(abs(iv.lo), abs(iv.hi))
 
 
 def index_type(intervals) -> str:

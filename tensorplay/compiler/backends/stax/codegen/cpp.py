@@ -52,6 +52,7 @@ WELFORD_UNROLL = 4   # ... in a phase with a Welford reduction (longer dependenc
 COLUMN_REDUCTIONS = True   # column mode for reductions over non-trailing dims (KernelGen._column_mode)
 COLUMN_UNROLL = 8    # column mode: vectors of output columns per block (independent accumulators)
 _LANES_GUESS = 16   # a guess at VL (AVX-512 floats): only sizes column blocks for Alg. 8.1
+LOOP_STEP_MARGIN = 4096   # > the largest step of a generated loop (COLUMN_UNROLL * VL, UNROLL * VL)
 _SCHEDULE = " @schedule@"   # stands for the schedule clause of a parallel loop until _finish knows it
 
 
@@ -817,7 +818,7 @@ class KernelGen:
 
     def _check_bounds(self):
         """§6.8: prove every access in range (no run-time checks) and pick the index width."""
-        from ..bounds import bound, check_access, index_type
+        from ..bounds import Interval, bound, check_access, index_type, magnitude
         outer, inner = self.sig
         ranges = {v: (0, n - 1) for v, n in zip(self.xs, outer)}
         ranges.update({v: (0, n - 1) for v, n in zip(self.rs, inner)})
@@ -842,6 +843,12 @@ class KernelGen:
                 ivs.append(bound(e, ranges))   # computed in every lane (masked or not): sets the width
         if nonempty:
             ivs += [bound(e, ranges) for e in self.index_exprs]
+            # every partial sum C++ forms on the way (|term| maxima added up), and the loop counters:
+            # a merged loop runs to the product of its sizes and a vector loop tests `rm0 + 2 * VL
+            # <= size` -- an expanded input (stride 0) has small indices over a huge loop
+            # (x.expand(1, 2**31 - 1).sum(-1) looped forever with int32 counters)
+            ivs += [Interval(-m, m) for m in (magnitude(e, ranges) for _, e, _ in self.accesses)]
+            ivs.append(Interval(0, math.prod(outer) * math.prod(inner) + LOOP_STEP_MARGIN))
         return index_type(ivs)
 
     def _merge(self, vars_, sizes, exprs):

@@ -410,9 +410,10 @@ class CompiledFunction:
 
     def _slow_call(self, args, kwargs):
         leaves, spec = tree_flatten((args, kwargs))
-        if any(isinstance(x, torch.Tensor) for x in leaves):
-            args, kwargs, leaves = self._from_torch(args, kwargs, leaves, spec)
         tensors = [x for x in leaves if isinstance(x, Tensor)]
+        if len(tensors) != len(leaves) and any(isinstance(x, torch.Tensor) for x in leaves):
+            args, kwargs, leaves = self._from_torch(args, kwargs, leaves, spec)
+            tensors = [x for x in leaves if isinstance(x, Tensor)]
         reasons = []
         for entry in self._cache:
             free_vals = entry.free_values()

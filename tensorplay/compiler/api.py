@@ -4,15 +4,16 @@ The path of one call of a compiled function (fig. 11.1):
 
 1. **first-level entry** (§2.4): the same tensor objects, each still holding the same storage
    tensor (``_data``) at the same ``_version`` and with the same ``requires_grad``, as the last call
-   (and the same grad mode and ``training`` flags of the keyed modules and their submodules)?  Call that artifact — nothing else is checked.  This
-   is a projection of the key: ``x.data = ...`` replaces ``_data`` (a new dtype, device, shape,
-   strides or storage offset), and torch bumps ``_version`` on every in-place change of a storage
-   tensor's metadata (``set_``, ``resize_``, ``as_strided_``, ``t_``), so every tensor field of the
-   key — and which inputs alias (one storage tensor fixes its memory) — is unchanged when these
-   hold.  Writes that bypass the version counter (through ``numpy()``) are not seen here, so
-   data gates are not replayed for them (docs/compiler.md, "Hole").  In the common case (no module, free values, scalars or input mutation) this is one closure that calls
-   the generated wrapper directly (``_make_fast``): few frames, which matters when the caches are
-   cold (docs/stax.md "Call overhead with cold caches");
+   (and the same grad mode, and the same ``training`` flags of the keyed modules and their
+   submodules)?  Call that artifact — nothing else is checked.  This is a projection of the key:
+   ``x.data = ...`` replaces ``_data`` (a new dtype, device, shape, strides or storage offset), and
+   torch bumps ``_version`` on every in-place change of a storage tensor's metadata (``set_``,
+   ``resize_``, ``as_strided_``, ``t_``), so every tensor field of the key — and which inputs
+   alias (one storage tensor fixes its memory) — is unchanged when these hold.  Writes that bypass
+   the version counter (through ``numpy()``) are not seen here, so data gates are not replayed for
+   them (docs/compiler.md, "Hole").  In the common case (no module, free values, scalars or input
+   mutation) this is one closure that calls the generated wrapper directly (``_make_fast``): few
+   frames, which matters when the caches are cold (docs/stax.md "Call overhead with cold caches");
 2. **specialization cache** (§2.2–2.3): flatten the inputs; for each cached entry run its guard
    (generated from its key, which starts with the call's structure: positional count, keywords,
    nesting) and replay its data gates; the first entry that passes runs;  a call that matches no

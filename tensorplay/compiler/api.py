@@ -557,6 +557,8 @@ class CompiledFunction:
         lines = [f"tp.compile({self.name}): {len(self._cache)} specialization(s), counters {self.counters}"]
         for i, e in enumerate(self._cache):
             lines.append(f"--- specialization {i} ---")
+            if e.eager is not None:
+                lines.append(f"runs eagerly: {e.lowered.eager_reason}")
             lines.append(e.lowered.as_text())
             lines.append("guards:\n  " + "\n  ".join(e.lowered.guards))
         for i, rs in enumerate(self.recompile_reasons, start=1):

@@ -137,6 +137,7 @@ def test_partial_overlap_runs_eagerly_and_right(backend):
             assert_equal(got, want)
             assert_equal(base, bt)
     assert cg.counters["captures"] == 1
+    assert "runs eagerly: inputs 'a', 'b' overlap in memory and the region writes 'a' in place" in cg.explain()
     # interleaved views share a span but no element: treated as overlapping (conservative), right
     bt = torch.randn(6)
     base = tp.from_torch(bt.clone())

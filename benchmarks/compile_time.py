@@ -1,4 +1,4 @@
-"""Compile time of ex 1.1, cold and warm, in fresh processes (issue 4 §11.2; docs/cache.md).
+"""Compile time of ex 1.1, cold and warm, in fresh processes (the chapter, §11.2; docs/cache.md).
 
 Ex 1.1 is ``(relu(x + w) * 2).sum(-1)`` on two 8192 x 2048 float32 tensors (benchmarks/table13.py).
 Each reading is a NEW Python process that imports torch and tensorplay, compiles ex 1.1 with

@@ -1,4 +1,4 @@
-"""Testing helpers: compare tp results with references (SPEC §5).
+"""Testing helpers: compare tp results with references (the error model of the chapter, §6.5 and §13.3).
 
 ``assert_close(actual, expected)`` accepts tp Tensors, torch tensors, numpy arrays and numbers;
 NaNs compare equal to NaNs, infinities must match in sign, and the default tolerance comes from the

@@ -1,4 +1,4 @@
-"""tp.compile front end: capture, specialization keys, guards, data gates, staged API (issue 3)."""
+"""tp.compile front end: capture, specialization keys, guards, data gates, staged API."""
 import math
 import warnings
 

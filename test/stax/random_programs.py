@@ -1,4 +1,4 @@
-"""Random-program differential tester for ``tp.compile`` (SPEC §5; issue 4 "Correctness").
+"""Random-program differential tester for ``tp.compile`` (docs/testing.md).
 
 Three parts, all deterministic from one integer seed:
 
@@ -43,7 +43,7 @@ the propagated input error and its own rounding:
 * comparisons are *uncertain* where ``|a - b| <= Ea + Eb`` (bool E = 1 there); ``where`` with an
   uncertain condition gets ``max(Ex, Ey) + |x - y|``; casts of uncertain bools give E = 1;
 * ``sum`` over n elements: ``sum(E) + 2 sqrt(n) u sum|a|`` (the blocked-summation bound of §6.5 /
-  SPEC §5); ``mean`` = sum / n; ``prod``: ``prod(|a| + E) - prod|a| + n u prod(|a| + E)``;
+  docs/testing.md); ``mean`` = sum / n; ``prod``: ``prod(|a| + E) - prod|a| + n u prod(|a| + E)``;
   ``var``: ``(2 sum|a - m| E + sum E^2) / (n - c)`` + a two-pass/Welford rounding term
   ``((2u + 2 sqrt(n) u) S + n dm^2 + 2 sqrt(n) u sqrt(S sum a^2)) / (n - c)`` (the last term is the
   float32 Welford update's error, ~ kappa n u with kappa = ||a|| / sqrt(S));
@@ -72,7 +72,7 @@ is NaN or ±inf and E is finite, the compiled value must be *the same* nonfinite
 of the same sign).  Where the model cannot decide (``E = inf``: an uncertain comparison chooses
 between a finite and an infinite branch, ``0 * inf`` with an uncertain factor, gelu/silu at ±inf
 where ATen returns NaN instead of the limit, float -> int of a nonfinite) the element is not
-checked.  Signed zeros are not distinguished (SPEC §4.3 allows ``x + 0 -> x``).
+checked.  Signed zeros are not distinguished (the only inexact rewrite allowed, ``x + 0 -> x``, changes them).
 
 **Checker** (:func:`check_program`).  ``cf = tp.compile(f, backend=..., strict_native=True)`` is
 called three times: with inputs A (capture run), again with the same objects (first-level entry:

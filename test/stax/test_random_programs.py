@@ -1,4 +1,4 @@
-"""Random-program differential tests of ``tp.compile`` (issue 4 "Correctness"; SPEC §5).
+"""Random-program differential tests of ``tp.compile`` (docs/testing.md).
 
 The generator, the error model and the checker live in ``random_programs.py`` (read its docstring).
 
@@ -138,7 +138,7 @@ def test_generator_is_deterministic_and_sized():
 
 
 def test_generator_coverage():
-    """The CI programs exercise everything SPEC §5 asks for."""
+    """The CI programs exercise everything the correctness protocol of docs/testing.md asks for."""
     cov = rp.coverage(rp.generate(s) for s in range(CI_SEED, CI_SEED + CI_PROGRAMS))
     need = ["dtype:float32", "dtype:float64", "dtype:int32", "dtype:int64", "dtype:bool",
             "layout:contiguous", "layout:permuted", "layout:strided", "layout:expanded", "layout:offset",

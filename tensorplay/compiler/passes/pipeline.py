@@ -1,4 +1,4 @@
-"""The pass pipeline (chapter §4.1, Prop. 4.1; SPEC §2): rewriting to a fixed point.
+"""The pass pipeline (chapter §4.1, Prop. 4.1): rewriting to a fixed point.
 
 ``run_passes(gm, basis=None, passes=None, max_iters=50)``:
 

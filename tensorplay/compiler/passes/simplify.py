@@ -1,4 +1,4 @@
-"""IEEE-754-safe algebraic simplification (chapter §4.1–4.2; invariant 3 of SPEC §4; exercise 5).
+"""IEEE-754-safe algebraic simplification (chapter §4.1–4.2; the chapter's design point that rewrites keep IEEE semantics, §12.5; exercise 5).
 
 Floating-point numbers do not obey the laws of real arithmetic, so every identity is checked
 against IEEE 754 before it becomes a rule.  The rules used, for every float x (±0, ±inf, NaN and

@@ -85,7 +85,7 @@ _ISA_CPU_FLAGS = {
 
 #: The fixed part of the compile command.  IEEE semantics are kept (invariant 3): no -ffast-math;
 #: -fno-math-errno / -fno-trapping-math change no result, they let calls like sqrt be inlined.
-#: -ffp-contract=off: no a*b+c -> fma contraction, so every op rounds exactly as written (SPEC §4.3).
+#: -ffp-contract=off: no a*b+c -> fma contraction, so every op rounds exactly as written (the chapter, §12.5).
 _BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp",
                "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off")
 

@@ -1,4 +1,4 @@
-"""Dumps of every Stax stage (SPEC §2 "debuggability"; seed §11.2 experiment 2).
+"""Dumps of every Stax stage (the chapter's experiment 2: every stage can be read).
 
 ``TP_STAX_DEBUG`` selects what ``compile_graph`` prints to stderr, comma-separated (``1`` or
 ``all``: everything):

@@ -24,7 +24,7 @@
 // register layout as Vec<T>); tp::Mask = VecMask<4>.  Masks of different element widths convert
 // into each other implicitly, so where(mask_of_doubles, float_a, float_b) works.
 //
-// IEEE.  Everything follows IEEE 754 with round-to-nearest: no -ffast-math (SPEC §4 inv. 3), NaN in
+// IEEE.  Everything follows IEEE 754 with round-to-nearest: no -ffast-math (the chapter, §12.5), NaN in
 // -> NaN out, +-0, +-inf, gradual underflow (subnormal results are produced, never flushed).
 // NOTE: GCC's default -ffp-contract=fast fuses a*b+c written in a kernel into one FMA (one rounding
 // instead of two) even with -std=c++17; -ffp-contract=off (the code cache passes it) keeps

@@ -35,7 +35,9 @@ def _f64(v):
 
 def run_native(f, *args, n_red=1, scale=None):
     """Compile with strict_native (every op a Stax kernel), run twice (capture, then the
-    artifact), compare with the error model; returns the compiled result of the 2nd call."""
+    artifact), compare with the error model; returns the compiled result of the 2nd call.
+    ``scale``: S of the model (default |r|: right only without cancellation); a tuple gives one
+    per output (None: the default)."""
     cf = tp.compile(f, strict_native=True)
     cf(*args)
     out = cf(*args)
@@ -44,8 +46,9 @@ def run_native(f, *args, n_red=1, scale=None):
     outs = out if isinstance(out, tuple) else (out,)
     es = e32 if isinstance(e32, tuple) else (e32,)
     rs = r64 if isinstance(r64, tuple) else (r64,)
-    for c, e, r in zip(outs, es, rs):
-        check_error_model(c, e, r, n_red=n_red, scale=scale)
+    scales = scale if isinstance(scale, tuple) else (scale,) * len(outs)   # one per output, or one for all
+    for c, e, r, sc in zip(outs, es, rs, scales):
+        check_error_model(c, e, r, n_red=n_red, scale=sc)
     return out, cf
 
 

@@ -24,7 +24,7 @@ import sympy
 from .ops_handler import CountingHandler, set_handler
 
 __all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "parallel_depth", "stream_stores", "HORIZONTAL_FUSION", "KEEP_REALIZED_LOCAL",
-           "MAX_INLINE_OPS", "PARALLEL_MIN_WORK", "STREAM_STORE_MIN_BYTES", "aot_decompose",
+           "MAX_INLINE_OPS", "PARALLEL_MIN_WORK", "SCRATCH_MAX_BYTES", "STREAM_STORE_MIN_BYTES", "aot_decompose",
            "SDPA_DECOMPOSE_MAX_SCORES", "from_memory", "prefetch_chunk", "PREFETCH_BYTES",
            "PREFETCH_MAX_OPS", "PREFETCH_MAX_STREAMS",
            "omp_schedule", "OMP_SCHEDULE"]
@@ -39,6 +39,9 @@ HORIZONTAL_FUSION = os.environ.get("TP_STAX_HORIZONTAL_FUSION", "1") != "0"
 KEEP_REALIZED_LOCAL = os.environ.get("TP_STAX_KEEP_REALIZED_LOCAL", "1") != "0"
 #: below this many elements of work a kernel runs on one thread (fork/join costs ~µs)
 PARALLEL_MIN_WORK = 1 << 15
+#: the largest per-row scratch array a kernel keeps on its stack (a value read by a later phase of
+#: the row, e.g. softmax's exp); a longer row recomputes such a value instead
+SCRATCH_MAX_BYTES = 1 << 20
 
 
 def _last_level_cache_bytes(default=32 << 20) -> int:

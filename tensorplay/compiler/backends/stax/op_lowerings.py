@@ -1712,10 +1712,12 @@ def _softmax(x, dim, dtype=None):
     src, shifted = _softmax_parts(x, dim, out.dtype)
     # e is read twice (the sum and the division): over the trailing dim, realized, it becomes a
     # per-row scratch value of the one fused kernel, so exp runs once per element (as in the five-op
-    # softmax); over another dim it would be a separate pass through memory — recompute it instead
+    # softmax); over another dim it would be a separate pass through memory, and a row too long for
+    # the scratch (choices.SCRATCH_MAX_BYTES) would be refused -- recompute it instead
     e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
     nd = max(len(x.get_size()), 1)      # a 0-d input behaves as one element along dim -1
-    if dim % nd == nd - 1:
+    row = x.get_size()[dim % nd] if x.get_size() else 1
+    if dim % nd == nd - 1 and row * 8 <= choices.SCRATCH_MAX_BYTES:
         _realize(e)
     s = make_reduction(e, dim, True, "sum", out.dtype)
     # one reciprocal per row, then a multiply per element — what eager's softmax kernel does

@@ -36,6 +36,7 @@ import sympy
 import torch
 
 from .. import choices
+from . import blocking
 from ..bounds import IndirectIndex, _fraction, bound
 from ..ir import Reduction, Unsupported
 from ..ops_handler import COMPARE, set_handler
@@ -953,7 +954,7 @@ class KernelGen:
             arr = f"scratch_{n.name}"
             self.scratch[n.name] = arr
             cnt = math.prod(s for _, s in self.inner_loops)
-            if cnt * 8 > (1 << 20):
+            if cnt * 8 > choices.SCRATCH_MAX_BYTES:
                 raise Unsupported("row too long for an in-cache scratch buffer")
             lines.append(ind * level + f"alignas(64) {STORAGE_CTYPE[self.dtypes[n.name]]} {arr}[{max(cnt, 1)}];")
         for p in range(nphase):
@@ -1118,15 +1119,24 @@ class KernelGen:
             leaders = [n for n in reds if self.acc_leader[n.name] is n]
             for n in leaders:
                 lines += [ind * lvl + ln for ln in _acc_decl(n, self._acc_dtype(n), ncols)]
-            for m, size in self.inner_loops:   # the reduced loops: scalar, no tail
-                lines.append(ind * lvl + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
-                lvl += 1
+            blk = self._blocking(p, reds, ncols, column=True)
+            lines += [ind * lvl + ln for ln in (blk.decls if blk else [])]
+            for j, (m, size) in enumerate(self.inner_loops):   # the reduced loops: scalar, no tail
+                last = j == len(self.inner_loops) - 1
+                lines += ([ind * lvl + ln for ln in blk.counted_head(m, size)] if blk and last
+                          else [ind * lvl + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{"])
+                lvl += 2 if blk and last else 1
             for u in cols:
                 with self._column(u):
                     lines += self._body(inner_nodes, mode, lvl, u)
-            for _ in self.inner_loops:
-                lvl -= 1
-                lines.append(ind * lvl + "}")
+            for j in range(len(self.inner_loops)):
+                if blk and j == 0:
+                    lvl -= 2
+                    lines += [ind * lvl + ln for ln in blk.foot() + blk.pass_end()]
+                else:
+                    lvl -= 1
+                    lines.append(ind * lvl + "}")
+            lines += [ind * lvl + ln for ln in (blk.finals() if blk else [])]
             for n in leaders:
                 sibs = [o for o in reds if self.acc_leader[o.name] is n]
                 lines += [ind * lvl + ln for u in cols for ln in _acc_final_columns(n, sibs, u)]
@@ -1157,6 +1167,23 @@ class KernelGen:
                                                                n.buf.layout.dtype))
             self.row_values[n.name] = f"v_{n.name}"
         return lines
+
+    def _blocking(self, p, reds, nacc, column=False):
+        """blocking.Plan of this phase's long floating sums and Welford reductions, or None: the
+        innermost reduced loop makes ``steps`` steps per pass (row mode: of ``nacc`` vectors),
+        each adding one term to every lane of every accumulator."""
+        specs = [(n.name, n.buf.data.reduction_type, CTYPE[self._acc_dtype(n)]) for n in reds
+                 if self.acc_leader[n.name] is n and blocking.blockable(n.buf.data.reduction_type, self._acc_dtype(n))]
+        sizes = [s for _, s in self.inner_loops]
+        if not specs or not sizes or 0 in sizes or not blocking.CASCADE:
+            return None
+        v, passes = sizes[-1], math.prod(sizes[:-1])
+        m = blocking.levels(v if column else -(-v // (nacc * blocking.MIN_LANES)) + nacc, passes)
+        if m == 1:
+            return None
+        steps = str(v) if column else f"{v} / ({nacc} * VL)"
+        terms = str(v) if column else f"{v} / ({nacc} * VL) + ({v} % ({nacc} * VL)) / VL + ({v} % VL != 0)"
+        return blocking.Plan(p, specs, nacc, steps, terms, passes, m)
 
     def scratch_expr(self):
         """Index into a row scratch array, in the current vector-loop variable."""
@@ -1199,6 +1226,8 @@ class KernelGen:
             for n in reds:
                 if self.acc_leader[n.name] is n:
                     lines += [ind * lvl + ln for ln in _acc_decl(n, self._acc_dtype(n), nacc)]
+            blk = self._blocking(p, reds, nacc) if reds and nacc > 1 else None
+            lines += [ind * lvl + ln for ln in (blk.decls if blk else [])]
             for k, (m, size) in enumerate(self.inner_loops[:-1]):
                 lines.append(ind * lvl + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
                 lvl += 1
@@ -1209,11 +1238,13 @@ class KernelGen:
                 lines.append(ind * lvl + f"idx_t {vm} = 0;")
                 first = True   # the first vector loop runs over (nearly) all of the row: it prefetches
                 if reds and nacc > 1:
-                    lines.append(ind * lvl + f"for (; {vm} + {nacc} * VL <= {vsize}; {vm} += {nacc} * VL) {{")
-                    with self._prefetch(vm, inner_nodes, earlier, lines, lvl + 1):
+                    step, blvl = f"{nacc} * VL", lvl + (2 if blk else 1)
+                    lines += ([ind * lvl + ln for ln in blk.split_head(vm, f"{vm} + {step} <= {{end}}", vsize, step)]
+                              if blk else [ind * lvl + f"for (; {vm} + {step} <= {vsize}; {vm} += {step}) {{"])
+                    with self._prefetch(vm, inner_nodes, earlier, lines, blvl):
                         for u in range(nacc):
-                            lines += self._body(inner_nodes, "vec", lvl + 1, u, offset=u)
-                    lines.append(ind * lvl + "}")
+                            lines += self._body(inner_nodes, "vec", blvl, u, offset=u)
+                    lines += [ind * lvl + ln for ln in (blk.foot() if blk else ["}"])]
                     first = False
                 if self.parallel_inner:
                     lines.append(ind * lvl + "#pragma omp parallel for" + _SCHEDULE)
@@ -1232,6 +1263,7 @@ class KernelGen:
                 lines.append(ind * (lvl + 1) + f"const int n = (int)({vsize} - {vm});")
                 lines += self._body(inner_nodes, "tail", lvl + 1, 0)
                 lines.append(ind * lvl + "}")
+                lines += [ind * lvl + ln for ln in (blk.pass_end() if blk else [])]
             else:   # no inner loop: one element per row
                 self.vec_var = None
                 lines += self._body(inner_nodes, "tail1", lvl, 0)
@@ -1239,6 +1271,7 @@ class KernelGen:
                 lvl -= 1
                 lines.append(ind * lvl + "}")
             self.vec_var = None
+            lines += [ind * lvl + ln for ln in (blk.finals() if blk else [])]
             for n in reds:
                 if self.acc_leader[n.name] is n:
                     sibs = [o for o in reds if self.acc_leader[o.name] is n]

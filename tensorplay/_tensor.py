@@ -10,6 +10,12 @@ Guarantees:
   ``_data``; ``from_torch`` / ``Tensor.torch()`` / DLPack / ``numpy()`` share memory (zero copy);
 * ``_version`` is the storage tensor's version counter: shared by views, bumped by every in-place
   op, read by autograd (saved-tensor check) and by the compiler's first-level entry (§2.4);
+* a *view* (output of a view op that aliases its input) knows its root ``_base`` and the chain of
+  view ops that made it (``_view_src``).  ``grad_fn`` and ``requires_grad`` of a view follow the
+  base's *current* history, as in PyTorch: when the shared version counter moved since the view's
+  ``grad_fn`` was derived (an in-place op on the base or on any view of it), reading ``grad_fn``
+  re-derives it from the base (:func:`tensorplay.autograd.graph.regenerate_view_grad_fn`); a view
+  requires grad when its base does.  Non-views pay one attribute test for this;
 * every method that computes something is generated from the op table
   (:mod:`tensorplay.ops`) and attached in ``tensorplay.ops.__init__``; this file holds only
   metadata, conversions and autograd entry points.
@@ -26,12 +32,16 @@ __all__ = ["Tensor", "from_torch", "from_numpy", "from_dlpack"]
 
 class Tensor:
     # Class-level defaults keep construction to a single attribute store (see _wrap).
-    requires_grad = False
-    grad_fn = None
+    _requires_grad = False  # the stored flag; ``requires_grad`` also consults a view's base
+    _grad_fn = None         # the stored node; ``grad_fn`` re-derives a stale view's node first
     _output_nr = 0
     _grad = None
-    _base = None           # for views: the tensor whose storage this one views
-    _view_src = None       # for views: (input, op, other args, output index) that made this view
+    _base = None           # for views: the root tensor whose storage this one views (never a view)
+    _view_src = None       # for views: the chain ((op, other args, output index or None), ...) from _base
+    _view_meta = None      # for views made in no_grad mode (must not be rebased): ("no_grad", view op name)
+    _attr_version = None   # for views: the version at which grad_fn was last derived
+    _identity_alias = False  # a view that torch would return as its (non-view) input itself
+    _alias_src = None      # the view that torch would return itself instead of this identity alias
     _fw_grad = None        # forward-mode tangent (dual number part)
     _hooks = None
     _retains_grad = False
@@ -133,6 +143,34 @@ class Tensor:
     @property
     def _version(self) -> int:
         return self._data._version
+
+    @property
+    def requires_grad(self) -> bool:
+        """True for a tensor that records autograd history; a view requires grad when its base
+        does (PyTorch: also a view made under ``no_grad``, which then acts as a leaf)."""
+        if self._requires_grad:
+            return True
+        b = self._base
+        return b is not None and (self._grad_fn is not None or b.requires_grad)
+
+    @requires_grad.setter
+    def requires_grad(self, value):
+        self._requires_grad = value
+
+    @property
+    def grad_fn(self):
+        """The backward node of this tensor (None for leaves).  For a view whose storage was
+        modified in place since its node was made, the node is re-derived from the base's current
+        history first, so backward through it sees the modification."""
+        if self._base is None:
+            return self._grad_fn
+        return _view_grad_fn(self)
+
+    @grad_fn.setter
+    def grad_fn(self, fn):
+        self._grad_fn = fn
+        if self._base is not None:
+            self._attr_version = self._data._version
 
     @property
     def is_leaf(self) -> bool:
@@ -263,12 +301,13 @@ class Tensor:
             raise RuntimeError("Only Tensors created explicitly by the user (graph leaves) support "
                                "the deepcopy protocol")
         new = type(self).__new__(type(self))
-        new.__dict__.update({k: v for k, v in self.__dict__.items() if k in ("requires_grad",)})
         new._data = self._data.clone()
+        if self.requires_grad:
+            new._requires_grad = True
         if self._grad is not None:
             new._grad = self._grad.__deepcopy__(memo)
-        for k, v in self.__dict__.items():
-            if k not in ("_data", "_grad", "requires_grad", "_accumulate", "_hooks", "grad_fn"):
+        for k, v in self.__dict__.items():   # the copy is a fresh leaf, not a view
+            if k not in _NOT_DEEPCOPIED:
                 new.__dict__[k] = v
         memo[id(self)] = new
         return new
@@ -357,10 +396,11 @@ class Tensor:
         return _wrap(self._data)
 
     def detach_(self) -> "Tensor":
-        if self._base is not None and self._base.requires_grad:
-            raise RuntimeError("detach_(): can't detach a view of a tensor that requires grad in place; use detach()")
-        self.grad_fn = None
-        self.requires_grad = False
+        if self._base is not None:
+            raise RuntimeError(f"detach_(): can't detach a view ({str(self.dtype).replace('torch.', '')}"
+                               f"{list(self.shape)}) in place (as in PyTorch); use detach()")
+        self._grad_fn = None
+        self._requires_grad = False
         self._output_nr = 0
         return self
 
@@ -427,6 +467,30 @@ class Tensor:
 
 
 _new = object.__new__
+
+#: instance attributes that ``__deepcopy__`` does not carry over (autograd and view identity)
+_NOT_DEEPCOPIED = frozenset({"_data", "_grad", "_requires_grad", "_accumulate", "_hooks", "_grad_fn", "_output_nr",
+                             "_base", "_view_src", "_view_meta", "_attr_version", "_identity_alias",
+                             "_alias_src", "_retains_grad"})
+
+#: set by tensorplay.autograd.graph: ``view -> grad_fn`` re-derived from the base's current history
+_regenerate_view_grad_fn = None
+
+
+def _view_grad_fn(t):
+    """``t.grad_fn`` for a view: the stored node while the version counter has not moved since
+    it was derived; otherwise (if the base has history) the node re-derived from the base."""
+    fn = t._grad_fn
+    ver = t._data._version
+    av = t._attr_version
+    if av == ver:
+        return fn
+    if fn is None and not t._base.requires_grad:
+        return None
+    if av is None and fn is not None:  # node assigned before the view was marked (capture proxies)
+        t._attr_version = ver
+        return fn
+    return _regenerate_view_grad_fn(t)
 
 
 #: set by compiler/capture/tracer.py: (tensor, kind, convert) -> (gated, value); inside a capture a

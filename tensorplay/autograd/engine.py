@@ -40,7 +40,9 @@ def _make_root_grads(outputs, grad_outputs, who):
             g = Tensor(g, dtype=t.dtype, device=t.device)
         if g.shape != t.shape:
             raise RuntimeError(f"{who}: gradient {i} has shape {list(g.shape)} but output has shape {list(t.shape)}")
-        roots.append((edge_of(t), g))
+        e = edge_of(t)
+        if e is not None:  # None: a view made under no_grad (requires grad through its base, no history)
+            roots.append((e, g))
     return roots
 
 
@@ -49,7 +51,7 @@ def _run(roots, retain_graph, create_graph, targets=None, capture=None):
     instead of flowing further (grad()); ``None`` means accumulate into leaves (backward())."""
     # 1. dependency counts over the reachable graph (iterative DFS)
     deps: dict = {}
-    stack = list(dict.fromkeys(e[0] for e, _ in roots if e is not None))  # a node rooted twice counts once
+    stack = list(dict.fromkeys(e[0] for e, _ in roots))  # a node rooted twice counts once
     seen = set(stack)
     while stack:
         n = stack.pop()

@@ -116,12 +116,15 @@ def propagate(op, args, outs, old_self=None):
 def _write_base_tangent(view, tangent):
     """An in-place op on a view changed part of its base: the base's tangent gets the view's new
     tangent (zeros if None) in that region (the forward-mode twin of CopySlices)."""
-    from .graph import view_replay
+    from .graph import relayout, view_replay
     base = view._base
     level = _fw.level
     _fw.level = 0
     try:
-        bt = base._fw_grad.clone() if base._fw_grad is not None else _wrap(torch.zeros_like(base._data))
+        bd = base._data   # the view chain replays on a tangent laid out like the base
+        src = base._fw_grad if base._fw_grad is not None else _wrap(torch.zeros(bd.shape, dtype=bd.dtype,
+                                                                                device=bd.device))
+        bt = relayout(src, bd.shape, bd.stride(), bd.storage_offset())
         region = view_replay(view)(bt)
         if tangent is None:
             region.zero_()

@@ -14,7 +14,17 @@ Guarantees:
   error naming the op, the argument and both versions (never a silently wrong gradient);
 * an in-place op on a tensor with history rebases it onto the new node (the old value is cloned
   first when the formula reads it); on a *view*, the base's history is rewritten with a
-  :class:`CopySlices` node, so ``y[0].mul_(w)`` differentiates correctly with respect to ``y`` and ``w``.
+  :class:`CopySlices` node, so ``y[0].mul_(w)`` differentiates correctly with respect to ``y`` and ``w``;
+* views follow their base (PyTorch's view + in-place semantics): every view records its root base
+  and the chain of view ops from it (:func:`mark_views`); after an in-place op on the base or on
+  *any* view of it, every other view of that base re-derives its ``grad_fn`` from the base's current
+  history the next time it is read (:func:`regenerate_view_grad_fn`, keyed on the shared version
+  counter), so a gradient through an earlier view sees the write;
+* in-place ops that PyTorch forbids raise before the kernel runs, with PyTorch's wording: on a leaf
+  that requires grad, on a view of such a leaf, and on a view made in ``no_grad`` mode; reading the
+  history of a no_grad view whose base was modified in place raises too.  One deliberate extension:
+  outputs of multi-output view ops (split/chunk/unbind) may be modified in place (PyTorch forbids
+  it); their replay is exact, so gradients are those of the equivalent narrow/select program.
 """
 from __future__ import annotations
 
@@ -23,11 +33,13 @@ import weakref
 
 import torch
 
+from .. import _tensor as _tensor_mod
 from .._tensor import Tensor, _wrap
 from . import grad_mode
 
 __all__ = ["Node", "OpNode", "AccumulateGrad", "CopySlices", "TensorMeta", "SavedCtx",
-           "record_op", "check_inplace", "mark_views", "register_tensor_hook", "add_retain_hook", "edge_of"]
+           "record_op", "check_inplace", "mark_views", "view_replay", "regenerate_view_grad_fn",
+           "register_tensor_hook", "add_retain_hook", "edge_of"]
 
 _seq = itertools.count()
 
@@ -154,17 +166,60 @@ def accumulate_node(t: Tensor) -> AccumulateGrad:
 
 
 def edge_of(t):
-    """The edge that a gradient w.r.t. ``t`` flows along, or None."""
+    """The edge that a gradient w.r.t. ``t`` flows along, or None.  A view that requires grad only
+    through its base and has no history (made under ``no_grad``) has no edge: like PyTorch, the
+    gradient stops there."""
     if not isinstance(t, Tensor) or not t.requires_grad:
         return None
-    if t.grad_fn is not None:
-        return (t.grad_fn, t._output_nr)
+    fn = t.grad_fn
+    if fn is not None:
+        return (fn, t._output_nr)
+    if t._base is not None and not t._requires_grad:
+        return None
     return (accumulate_node(t), 0)
 
 
+class _StaleSaved(Tensor):
+    """A saved tensor that was modified in place after it was saved.  Its metadata (shape, dtype,
+    device, strides) is still valid, so a formula may read it (``unbroadcast(g, ctx.self)``); using
+    its values — any op, any conversion — raises the version error.  So backward raises exactly
+    when a modified saved tensor is needed for a gradient that is computed, as in PyTorch (which
+    raises when such a tensor is unpacked)."""
+
+    def __init__(self, d, msg):
+        self._meta = torch.empty_strided(d.shape, d.stride(), dtype=d.dtype, device="meta")
+        self._dev = d.device
+        self._msg = msg
+
+    @property
+    def _data(self):
+        raise RuntimeError(self._msg)
+
+    shape = property(lambda self: self._meta.shape)
+    dtype = property(lambda self: self._meta.dtype)
+    device = property(lambda self: self._dev)
+    ndim = property(lambda self: self._meta.dim())
+
+    def size(self, dim=None):
+        return self._meta.shape if dim is None else self._meta.size(dim)
+
+    def dim(self):
+        return self._meta.dim()
+
+    def numel(self):
+        return self._meta.numel()
+
+    def stride(self, dim=None):
+        return self._meta.stride() if dim is None else self._meta.stride(dim)
+
+    def __repr__(self):
+        return f"<saved tensor {_fmt(self._meta)} modified in place>"
+
+
 class SavedCtx:
-    """What a derivative formula sees: ``ctx.<arg name>`` (saved tensors are version-checked),
-    ``ctx.result``, ``ctx.needs_input_grad`` (one flag per tensor argument, schema order)."""
+    """What a derivative formula sees: ``ctx.<arg name>`` (saved tensors are version-checked: one
+    modified in place since it was saved comes back as a :class:`_StaleSaved` whose values cannot
+    be used), ``ctx.result``, ``ctx.needs_input_grad`` (one flag per tensor argument, schema order)."""
 
     def __init__(self, op, values, versions, result, result_versions, needs):
         self._op = op
@@ -194,19 +249,17 @@ class SavedCtx:
         ver = self._versions[idx]
         if ver is not None:
             if isinstance(v, list):
-                for t, tv in zip(v, ver):
-                    self._check(name, t, tv)
-            else:
-                self._check(name, v, ver)
+                return [self._check(name, t, tv) for t, tv in zip(v, ver)]
+            return self._check(name, v, ver)
         return v
 
     def _check(self, name, t, ver):
         if isinstance(t, Tensor) and t._version != ver:
-            raise RuntimeError(
+            return _StaleSaved(t._data, (
                 f"tp.{self._op.name} backward: one of the tensors needed for gradient computation has been "
-                f"modified by an in-place operation: argument '{name}' ({str(t.dtype).replace('torch.', '')}"
-                f"{list(t.shape)}) was saved at version {ver} and is now at version {t._version}. "
-                f"Clone it before modifying it in place (x = x.clone()).")
+                f"modified by an in-place operation: argument '{name}' ({_fmt(t)}) was saved at version {ver} "
+                f"and is now at version {t._version}. Clone it before modifying it in place (x = x.clone())."))
+        return t
 
     def _unpack_result(self):
         if self._result is None:
@@ -214,10 +267,11 @@ class SavedCtx:
         outs = []
         for i, (d, ver) in enumerate(zip(self._result, self._result_versions)):
             if d._version != ver:
-                raise RuntimeError(
-                    f"tp.{self._op.name} backward: its output {i} ({str(d.dtype).replace('torch.', '')}"
-                    f"{list(d.shape)}), needed for the gradient, was modified by an in-place operation "
-                    f"(version {ver} -> {d._version}). Clone it before modifying it in place.")
+                outs.append(_StaleSaved(d, (
+                    f"tp.{self._op.name} backward: its output {i} ({_fmt(d)}), needed for the gradient, was "
+                    f"modified by an in-place operation (version {ver} -> {d._version}). Clone it before "
+                    f"modifying it in place.")))
+                continue
             t = _wrap(d)
             if d.is_floating_point() or d.is_complex():
                 t.requires_grad = True
@@ -303,21 +357,30 @@ class CopySlices(Node):
     """History of a base after an in-place op on one of its views (``base[idx].op_(...)``).
 
     grad(base_old) = g with the view region replaced by the op's gradient w.r.t. the old view;
-    grads of the op's other inputs come from the op's formula applied to g[view]."""
-    __slots__ = ("inner", "replay")
+    grads of the op's other inputs come from the op's formula applied to g[view].  The inner node's
+    first edge is the old base's edge (see :func:`record_op`).  The view chain is replayed on a
+    gradient laid out exactly like the base (sizes, strides, storage offset), as PyTorch does: the
+    incoming gradient may have any layout, and a view such as ``view(-1)`` is defined by the
+    base's."""
+    __slots__ = ("inner", "replay", "geometry")
 
-    def __init__(self, inner: OpNode, base_edge, replay, base_meta):
-        super().__init__((base_edge,) + tuple(inner.next_edges[1:]), (base_meta,))
+    def __init__(self, inner: OpNode, replay, base):
+        bd = base._data
+        super().__init__(tuple(inner.next_edges), ((bd.shape, bd.dtype, bd.device),))
         self.inner, self.replay = inner, replay
+        self.geometry = (bd.stride(), bd.storage_offset())
 
     def name(self):
         return "CopySlices"
 
     def apply(self, grads):
         g = grads[0]
-        g_view = self.replay(g)
+        d = g._data
+        shape, stride, off = self.out_meta[0][0], self.geometry[0], self.geometry[1]
+        g_read = g if d.stride() == stride and d.storage_offset() == off else relayout(g, shape, stride, off)
+        g_view = self.replay(g_read)
         inner = self.inner.apply((g_view,))
-        g_base = g.clone()
+        g_base = relayout(g_read, shape, stride, off)
         region = self.replay(g_base)
         if inner[0] is None:
             region.zero_()
@@ -329,68 +392,215 @@ class CopySlices(Node):
         self.inner.release()
 
 
+def relayout(g, shape, stride, offset):
+    """A copy of ``g`` (differentiable: ``copy_``) with the given sizes, strides and storage offset,
+    so that a view chain recorded on a base replays on it exactly."""
+    n = offset + (sum((s - 1) * st for s, st in zip(shape, stride)) + 1 if all(shape) else 0)
+    buf = torch.empty(n, dtype=g._data.dtype, device=g._data.device)
+    return _wrap(buf.as_strided(shape, stride, offset)).copy_(g)
+
+
 # ---------------------------------------------------------------------------------------------
+def _fmt(t):
+    return f"{str(t.dtype).replace('torch.', '')}{list(t.shape)}"
+
+
+def _view_error(view, meta, who, indirect):
+    """PyTorch's refusal to rebase a view made in no_grad mode (handle_view_on_rebase)."""
+    _kind, vop = meta
+    what = ("its base or another view of its base has been modified in-place" if indirect
+            else "is being modified in-place")
+    return RuntimeError(
+        f"{who}: a view ({_fmt(view)}, made by tp.{vop}) was created in no_grad mode and {what} with grad "
+        f"mode enabled. Given that this use case is ambiguous and error-prone, it is forbidden (as in "
+        f"PyTorch). You can clarify your code by moving both the view and the in-place op either both "
+        f"inside the no_grad block (if you don't want the in-place op to be tracked) or both outside (if "
+        f"you want it to be tracked).")
+
+
 def check_inplace(op, args, record):
-    """Before an in-place kernel runs: reject in-place on leaves that require grad, and clone the
-    old value of ``self`` if the derivative formula will read it."""
+    """Before an in-place kernel runs, with grad mode on and an input requiring grad: reject what
+    PyTorch rejects (views made in no_grad mode, views of leaves that require grad, leaves that
+    require grad), and clone the old value of ``self`` if the derivative formula will read it."""
     self_ = args[op.schema.mutated_pos]
-    if self_.requires_grad and self_.grad_fn is None and self_._base is None:
-        raise RuntimeError(f"tp.{op.name}: a leaf Tensor that requires grad ({str(self_.dtype).replace('torch.', '')}"
-                           f"{list(self_.shape)}) is being used in an in-place operation; wrap the update in "
-                           f"`with tp.no_grad():` or use the out-of-place op")
     base = self_._base
-    if base is not None and base.requires_grad and base.grad_fn is None:
-        raise RuntimeError(f"tp.{op.name}: a view of a leaf Tensor that requires grad is being used in an "
-                           f"in-place operation; wrap the update in `with tp.no_grad():`")
+    if base is not None:
+        if self_._view_meta is not None:
+            raise _view_error(self_, self_._view_meta, f"tp.{op.name}", indirect=False)
+        if base._grad_fn is None and self_.requires_grad:
+            raise RuntimeError(f"tp.{op.name}: a view of a leaf Variable that requires grad is being used in an "
+                               f"in-place operation (the view {_fmt(self_)} of the leaf {_fmt(base)}); wrap the "
+                               f"update in `with tp.no_grad():` or use the out-of-place op")
+        src = self_._alias_src
+        if (self_._grad_fn is None and self_.requires_grad and not self_._identity_alias
+                and (src is None or src._grad_fn is None)):
+            # PyTorch's check reads the view's stored node without re-deriving it: a view taken while
+            # its base did not require grad, not used since the base gained history, is a "leaf"
+            # (an identity alias is, for torch, the very object it aliases: either name counts)
+            raise RuntimeError(f"tp.{op.name}: a leaf Variable that requires grad is being used in an in-place "
+                               f"operation: the view {_fmt(self_)} was taken before its base {_fmt(base)} "
+                               f"required grad and has no history of its own yet (PyTorch raises here too); "
+                               f"take the view again, or read its .grad_fn first")
+    elif self_._requires_grad and self_._grad_fn is None:
+        raise RuntimeError(f"tp.{op.name}: a leaf Tensor that requires grad ({_fmt(self_)}) is being used in an "
+                           f"in-place operation; wrap the update in `with tp.no_grad():` or use the out-of-place op")
     if self_.requires_grad and not op.differentiable:
         raise RuntimeError(f"tp.{op.name}: in-place op is not differentiable but its input requires grad")
-    if record and (op.save is None or "self" in op.save):
+    if not record:
+        return None
+    save = op.save
+    old = None
+    if save is None or "self" in save:
         old = _wrap(self_._data.clone())
-        old.requires_grad = self_.requires_grad
-        old.grad_fn = self_.grad_fn
-        old._output_nr = self_._output_nr
-        old._accumulate = self_._accumulate
-        return old
-    return None
+        if self_.requires_grad:
+            old._requires_grad = True
+            old._grad_fn = self_.grad_fn
+            old._output_nr = self_._output_nr
+            old._accumulate = self_._accumulate
+    # versions of the other saved inputs *before* the kernel: one that aliases the written storage
+    # (x.mul_(x), v.mul_(other view of v's base)) is then caught at backward, as in PyTorch
+    pre = {}
+    mp = op.schema.mutated_pos
+    for i in op._tensorish:
+        if i == mp or not (save is None or op.schema.args[i].name in save):
+            continue
+        a = args[i]
+        if isinstance(a, Tensor):
+            pre[i] = a._version
+        elif i in op.schema.list_pos and a is not None:
+            pre[i] = [t._version if isinstance(t, Tensor) else None for t in a]
+    # the edges too (PyTorch collects them before the kernel): a view among the inputs derives its
+    # history at the version it was read, so the write makes it stale; for a view ``self`` the
+    # first edge is its base's (the base is rebased on CopySlices afterwards)
+    slots = _tensor_slots(op, args)
+    edges = (edge_of(base if base is not None else self_),) + tuple(edge_of(t) for t in slots[1:])
+    return (old, pre, edges)
 
 
 def mark_views(op, args, outs):
-    """Remember how each output of a view op was made from its input (for CopySlices).
-    Only a tuple is stored here; the replay function is built when an in-place op needs it."""
+    """Remember how each output of a view op was made from its root base: ``_base`` and the chain
+    of (op, other args, output index) from it (the replay is built when it is needed).  A view made
+    in no_grad mode is marked so that rebasing it raises; a view of such a view inherits the mark.
+    Returns True when the output is an identity alias of a view that carries the view's autograd
+    state as is (then no node is recorded for it)."""
     inp = args[0]
-    base = inp._base if inp._base is not None else inp
+    if inp._base is not None:
+        base, chain, meta = inp._base, inp._view_src, inp._view_meta
+    else:
+        base, chain, meta = inp, (), None
     rest = args[1:]
     multi = len(outs) > 1 or op.schema.returns_list
+    no_grad = not grad_mode._state.enabled
+    identity = False
+    if op.name in _TORCH_RETURNS_SELF and len(outs) == 1:
+        d, di = outs[0]._data, inp._data
+        identity = d.shape == di.shape and d.stride() == di.stride() and d.storage_offset() == di.storage_offset()
     for i, o in enumerate(outs):
-        if o._data._is_view():
+        d = o._data
+        if d._is_view():
             o._base = base
-            o._view_src = (inp, op, rest, i if multi else None)
+            o._view_src = chain + ((op, rest, i if multi else None),)
+            if identity:
+                # torch hands back the input itself: the alias stands for it (no_grad or not) and
+                # carries its autograd state as is; an alias of a leaf records a node to reach it
+                if inp._base is None:
+                    o._identity_alias = True
+                    if inp._grad_fn is None:
+                        return False
+                else:
+                    o._alias_src = inp._alias_src if inp._alias_src is not None else inp
+                o._grad_fn, o._output_nr, o._requires_grad = inp._grad_fn, inp._output_nr, inp._requires_grad
+                o._attr_version = inp._attr_version if inp._base is not None else d._version
+                o._view_meta = meta
+                return True
+            if no_grad:
+                o._view_meta = ("no_grad", op.name)
+                o._attr_version = d._version
+            elif meta is not None:
+                o._view_meta = meta
+    return False
 
 
-def view_replay(view):
-    """A function ``base -> view`` replaying the chain of view ops from the base."""
-    chain = []
-    t = view
-    while t._view_src is not None:
-        parent, op, rest, i = t._view_src
-        chain.append((op, rest, i))
-        t = parent
-    chain.reverse()
+#: view ops for which torch returns its input object when nothing changes (flatten with
+#: start_dim == end_dim, contiguous of a contiguous tensor); ours return a fresh alias instead
+#: (tensorplay/ops/view.py ``_alias``), which under no_grad stands for the input, not a no_grad view
+_TORCH_RETURNS_SELF = frozenset({"flatten", "contiguous"})
 
-    def replay(b):
-        for op, rest, i in chain:
+
+class _Replay:
+    """``base -> view``: the chain of view ops of a view, run with tp ops (differentiable)."""
+    __slots__ = ("chain",)
+
+    def __init__(self, chain):
+        self.chain = chain
+
+    def __call__(self, b):
+        for op, rest, i in self.chain:
             r = op(b, *rest)
             b = r if i is None else r[i]
         return b
-    return replay
 
 
-def record_op(op, args, outs, saved_self=None):
-    """Create the backward node of one op call and attach it to the outputs."""
+def view_replay(view):
+    """A function ``base -> view`` replaying the chain of view ops from the root base."""
+    return _Replay(view._view_src or ())
+
+
+def regenerate_view_grad_fn(view):
+    """Re-derive a view's ``grad_fn`` from its base's current history: replay the view chain on
+    the base, recording one node per view op (kernels on the shared storage; no observers, no
+    forward AD), and take the last node.  Raises for a view made in no_grad mode (PyTorch).
+    A ``retain_grad()`` of the view moves to the new node."""
+    meta = view._view_meta
+    if meta is not None:
+        raise _view_error(view, meta, "autograd", indirect=True)
+    old_fn, old_nr = view._grad_fn, view._output_nr
+    t = view._base
+    for op, rest, i in view._view_src or ():
+        args = (t,) + rest
+        out = op.eager(t._data, *rest)
+        outs = tuple(_wrap(o) for o in out) if i is not None else (_wrap(out),)
+        record_op(op, args, outs)
+        t = outs[0 if i is None else i]
+    view._grad_fn, view._output_nr = t._grad_fn, t._output_nr
+    view._attr_version = view._data._version
+    if view._retains_grad:
+        _move_retain_hook(view, old_fn, old_nr)
+    return view._grad_fn
+
+
+def record_op(op, args, outs, inplace_state=None):
+    """Create the backward node of one op call and attach it to the outputs.  ``inplace_state`` is
+    what :func:`check_inplace` returned before the kernel ran (the clone of the old ``self``, the
+    pre-kernel versions of the saved inputs and the pre-kernel edges).  For an in-place op on a
+    view, the node's first edge is the *base's* old edge and the base is rebased on a
+    :class:`CopySlices` node (:func:`_rebase_view`)."""
+    saved_self, pre, pre_edges = inplace_state if inplace_state is not None else (None, None, None)
     slots = _tensor_slots(op, args)
-    edges = tuple(edge_of(t) for t in slots)
-    slot_meta = tuple((t._data.shape, t._data.dtype) if isinstance(t, Tensor) and t.requires_grad else None
-                      for t in slots)
+    mp = op.schema.mutated_pos
+    mutated = args[mp] if mp is not None else None
+    on_view = mutated is not None and mutated._base is not None
+    if on_view and op.name == "setitem_" and _basic_index(args[1]) and args[1] is not Ellipsis:
+        # ``view[idx] = value`` writes the sub-view ``view[idx]`` only (PyTorch): rebase through it,
+        # so that a write into a non-overlapping part of an overlapping view (an expand) is exact
+        sub = _wrap(mutated._data[args[1]])
+        sub._base = mutated._base
+        sub._view_src = (mutated._view_src or ()) + ((_ops()["getitem"], (args[1],), None),)
+        record_op(op, (sub, Ellipsis, args[2]), (sub,), inplace_state)
+        mutated._attr_version = -1     # re-derived from the rebased base when next read
+        return
+    if mutated is not None:
+        if pre_edges is not None:
+            edges = pre_edges
+        else:   # (self is the first tensor slot of every in-place op)
+            edges = (edge_of(mutated._base if on_view else mutated),) + tuple(edge_of(t) for t in slots[1:])
+        d = mutated._data
+        slot_meta = (((d.shape, d.dtype) if edges[0] is not None else None),) + tuple(
+            (t._data.shape, t._data.dtype) if isinstance(t, Tensor) and t.requires_grad else None for t in slots[1:])
+    else:
+        edges = tuple(edge_of(t) for t in slots)
+        slot_meta = tuple((t._data.shape, t._data.dtype) if isinstance(t, Tensor) and t.requires_grad else None
+                          for t in slots)
     needs = tuple(e is not None for e in edges) if not op.schema.list_pos else _needs_by_arg(op, args)
     save = op.save
     values = list(args)
@@ -403,16 +613,16 @@ def record_op(op, args, outs, saved_self=None):
             if a is None:
                 continue
             if keep:
-                versions[i] = [t._version if isinstance(t, Tensor) else None for t in a]
+                versions[i] = pre[i] if pre else [t._version if isinstance(t, Tensor) else None for t in a]
                 values[i] = list(a)
             else:
                 values[i] = [TensorMeta(t, name, op.name) if isinstance(t, Tensor) else t for t in a]
         elif isinstance(a, Tensor):
             if keep:
-                if saved_self is not None and i == op.schema.mutated_pos:
+                if saved_self is not None and i == mp:
                     a = saved_self
                     values[i] = a
-                versions[i] = a._version
+                versions[i] = pre[i] if pre and i in pre else a._version
             else:
                 values[i] = TensorMeta(a, name, op.name)
     if save is None or "result" in save:
@@ -423,15 +633,22 @@ def record_op(op, args, outs, saved_self=None):
     ctx = SavedCtx(op, values, versions, result, rvers, needs)
     out_meta = tuple((o._data.shape, o._data.dtype, o._data.device) if isinstance(o, Tensor) else None for o in outs)
     node = OpNode(op, ctx, edges, out_meta, slot_meta)
-    mp = op.schema.mutated_pos
-    if mp is not None and args[mp]._base is not None:
-        _rebase_view(node, args[mp])
+    if mutated is not None:
+        if on_view:
+            _rebase_view(node, mutated)
+        else:
+            old_fn, old_nr = mutated._grad_fn, mutated._output_nr
+            mutated._grad_fn, mutated._output_nr, mutated._requires_grad = node, 0, True
+            if mutated._retains_grad:
+                _move_retain_hook(mutated, old_fn, old_nr)
         return
     for i, o in enumerate(outs):
         if isinstance(o, Tensor) and (o._data.is_floating_point() or o._data.is_complex()):
-            o.grad_fn = node
+            o._grad_fn = node
             o._output_nr = i
-            o.requires_grad = True
+            o._requires_grad = True
+            if o._base is not None:
+                o._attr_version = o._data._version
 
 
 def _needs_by_arg(op, args):
@@ -447,18 +664,26 @@ def _needs_by_arg(op, args):
 
 def _rebase_view(node, view):
     base = view._base
-    bd = base._data
-    base_edge = edge_of(base)
-    replay = view_replay(view)
-    cs = CopySlices(node, base_edge, replay, (bd.shape, bd.dtype, bd.device))
-    base.grad_fn = cs
-    base._output_nr = 0
-    base.requires_grad = True
-    with grad_mode.enable_grad():
-        nv = replay(base)
-    view.grad_fn = nv.grad_fn
-    view._output_nr = nv._output_nr
-    view.requires_grad = True
+    cs = CopySlices(node, view_replay(view), base)
+    old_fn, old_nr = base._grad_fn, base._output_nr
+    base._grad_fn, base._output_nr, base._requires_grad = cs, 0, True
+    if base._retains_grad:
+        _move_retain_hook(base, old_fn, old_nr)
+    regenerate_view_grad_fn(view)
+    view._requires_grad = True
+
+
+def _basic_index(idx):
+    """ints, slices, None and Ellipsis only: ``x[idx]`` is a view."""
+    for i in (idx if isinstance(idx, tuple) else (idx,)):
+        if not (i is None or i is Ellipsis or isinstance(i, slice) or (isinstance(i, int) and not isinstance(i, bool))):
+            return False
+    return True
+
+
+def _ops():
+    from ..ops.registry import OPS   # noqa: PLC0415  (the op table imports this module)
+    return OPS
 
 
 # ---------------------------------------------------------------------------------------------
@@ -487,4 +712,20 @@ def add_retain_hook(t):
             tt._grad = gd if tt._grad is None else tt._grad + gd
         return None
     _retain._is_retain = True
+    _retain._ref = ref
     register_tensor_hook(t, _retain)
+
+
+def _move_retain_hook(t, old_fn, old_nr):
+    """``retain_grad()`` follows the tensor onto its new node after an in-place op (PyTorch); other
+    tensor hooks stay with the node they were registered on."""
+    hooks = old_fn.pre_hooks.get(old_nr) if old_fn is not None and old_fn.pre_hooks else None
+    if not hooks:
+        return
+    mine = [h for h in hooks if getattr(h, "_is_retain", False) and h._ref() is t]
+    for h in mine:
+        hooks.remove(h)
+        register_tensor_hook(t, h)
+
+
+_tensor_mod._regenerate_view_grad_fn = regenerate_view_grad_fn

@@ -379,7 +379,7 @@ def call(op: OpDef, args: tuple):
         a = raw[i]
         if isinstance(a, Tensor):
             raw[i] = a._data
-            if a.requires_grad:
+            if a._requires_grad or (a._base is not None and a.requires_grad):  # a view follows its base
                 req = True
         elif a is not None and not isinstance(a, (int, float, bool, complex, torch.Tensor)):
             raise TypeError(f"tp.{op.name}: argument '{s.args[i].name}' must be a Tensor or a number, "
@@ -394,7 +394,7 @@ def call(op: OpDef, args: tuple):
             for t in seq:
                 if isinstance(t, Tensor):
                     lst.append(t._data)
-                    if t.requires_grad:
+                    if t._requires_grad or (t._base is not None and t.requires_grad):
                         req = True
                 elif t is None or isinstance(t, torch.Tensor):
                     lst.append(t)
@@ -406,10 +406,10 @@ def call(op: OpDef, args: tuple):
         raw[i], _ = _unwrap_index(raw[i])
     record = req and _grad_state.enabled and op.differentiable
     mp = s.mutated_pos
-    if mp is not None and _grad_state.enabled:
-        saved_self = check_inplace(op, args, record)
+    if mp is not None and req and _grad_state.enabled:
+        inplace_state = check_inplace(op, args, record)
     else:
-        saved_self = None
+        inplace_state = None
     fw_old = None
     if _fw_state.level and mp is not None and isinstance(args[mp], Tensor):
         fw_old = _wrap(args[mp]._data.clone())
@@ -437,10 +437,10 @@ def call(op: OpDef, args: tuple):
         result = op.returns_named(*outs) if op.returns_named else outs
     else:  # non-tensor result (e.g. a Python number)
         return out
-    if op._is_view:
-        mark_views(op, args, outs)
+    if op._is_view and mark_views(op, args, outs):
+        record = False   # an identity alias of a view carries the view's history as is
     if record:
-        record_op(op, args, outs, saved_self)
+        record_op(op, args, outs, inplace_state)
     if _fw_state.level and not ("nondifferentiable" in op.tags):
         from ..autograd.forward_ad import propagate
         propagate(op, args, outs, fw_old)

@@ -7,8 +7,10 @@ Three kinds of ops live here.
 ``select``, ``split``, ``chunk``, ``unbind``, ``as_strided``, ``diagonal``, ``movedim``,
 ``swapaxes`` and basic indexing ``getitem``.  A view's output shares storage — and so the version
 counter — with its input: writing through the view changes the base and bumps ``x._version``.
-The dispatcher records ``_base`` and a replay function (base -> view), so an in-place op on a view
-rewrites the base's history (``CopySlices``) and differentiates like PyTorch.  ``reshape``,
+The dispatcher records ``_base`` and the chain of view ops from it (replayed base -> view), so an
+in-place op on a view rewrites the base's history (``CopySlices``) and every other view of that
+base re-derives its history from the base's (PyTorch's semantics; see
+:mod:`tensorplay.autograd.graph`).  ``reshape``,
 ``flatten`` and ``contiguous`` copy when the layout demands it and alias otherwise (never return
 their input object itself, so aliasing is always visible to autograd).
 

@@ -561,3 +561,18 @@ def test_async_compile_synchronous_mode(monkeypatch):
     assert run_kernel(scope["ks"]) == expected(4.0)
     with pytest.raises(cc.CppCompileError, match="kernel 'kbad'"):  # raised at once
         a.cpp('extern "C" void kbad() { syntax error }', "kbad")
+
+
+def test_compiler_output_is_a_warning_and_kept(tmp_path, monkeypatch):
+    """A kernel that builds but makes g++ print something (here: an unused variable under -Wall)
+    gives a CompilerOutputWarning -- an error in the test suite (pyproject filterwarnings), so every
+    test that compiles a kernel also checks that the generated code compiles silently."""
+    monkeypatch.setenv("TP_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("TP_CXXFLAGS", "-Wall")
+    src = 'extern "C" int tp_noisy(int x) { int unused_var = x; return 2 * x; }\n'
+    with pytest.warns(cc.CompilerOutputWarning, match="unused_var"):
+        lib = cc.load_cpp(src, "scalar")
+    lib.tp_noisy.restype = ctypes.c_int
+    assert lib.tp_noisy(21) == 42
+    kept = list(tmp_path.rglob("compiler_output.txt"))
+    assert len(kept) == 1 and "unused_var" in kept[0].read_text()

@@ -116,14 +116,16 @@ def resolve_options(mode=None, options=None) -> dict:
 
 
 def _warn_no_effect(mode, options, resolved):
-    """A UserWarning, once per process and option, for each set option of :data:`NO_EFFECT_YET`."""
-    for k in NO_EFFECT_YET:
-        if resolved[k] != OPTIONS[k][1] and k not in _WARNED_NO_EFFECT:
-            _WARNED_NO_EFFECT.add(k)
-            how = f"options[{k!r}]" if k in (options or {}) else f"mode={mode!r}"
-            _warn_user(f"tp.compile: {k}={resolved[k]!r} (set by {how}) has no effect on CPU yet — {OPTIONS[k][2]}; "
-                       f"the compiled code is what mode='default' gives (this warning is given once per process)",
-                       UserWarning)
+    """One UserWarning naming the set options of :data:`NO_EFFECT_YET` not warned about before in
+    this process (each option is named once per process)."""
+    new = [k for k in NO_EFFECT_YET if resolved[k] != OPTIONS[k][1] and k not in _WARNED_NO_EFFECT]
+    if not new:
+        return
+    _WARNED_NO_EFFECT.update(new)
+    what = "; ".join(f"{k}={resolved[k]!r} (set by {f'options[{k!r}]' if k in (options or {}) else f'mode={mode!r}'}: "
+                     f"{OPTIONS[k][2]})" for k in new)
+    _warn_user(f"tp.compile: no effect on CPU yet: {what}; the compiled code is what mode='default' gives "
+               f"(said once per process and option)", UserWarning)
 
 
 def list_mode_options(mode=None) -> dict:

@@ -112,7 +112,7 @@ def test_int_and_bool_inputs():
 def test_parallel_blocks_of_columns():
     x = rnd(257, 300)                     # enough work for OpenMP: blocks of columns in parallel
     _, cf = run_native(lambda x: (x.sum(0), x.var(0), x.softmax(0)), x, n_red=257,
-                       scale=(x._data.double().abs().sum(0), None, None))   # the sum's S is sum|a| (SPEC §5)
+                       scale=(x._data.double().abs().sum(0), None, None))   # the sum's S is sum|a| (docs/testing.md)
     assert re.search(r"#pragma omp parallel for[^\n]*\n\s*for \(int64_t xm0_b", _src(cf)), _src(cf)
     # few columns, long columns: whichever mode gives more threads; assert the result only
     run_native(lambda x: (x.sum(0), x.argmax(0), x.var(0)), rnd(20000, 3), n_red=20000)

@@ -107,7 +107,7 @@ def test_magnitude_bounds_every_partial_sum():
 # Regression: every vector lane summed all of its terms in one float32 register, which stops
 # growing at 2^24: ones(1, 2**30).sum(-1) gave 2^28 (eager: 2^30).  The model (blocking.py): the
 # compiled sum of n terms is within c·u·Σ|a_i| of the exact sum, c = blocking.error_factor (the
-# most additions one term passes through; a few hundred for n <= 2^31, below SPEC §5's
+# most additions one term passes through; a few hundred for n <= 2^31, below the chapter's (§6.5)
 # 2·sqrt(n)), plus the rounding of the float32 result itself (u·|S|).
 
 U32 = 2.0 ** -24
@@ -129,7 +129,7 @@ def _assert_sum_model(c, r, S, factor, n):
     err = (c.double() - r).abs()
     tol = (factor + 1) * U32 * S
     assert bool((err <= tol).all()), f"error {err.max().item():.3e} > {factor} u S = {tol.max().item():.3e}"
-    assert factor <= 2 * math.sqrt(n) or n < 5000, (factor, n)     # inside SPEC §5's model for long sums
+    assert factor <= 2 * math.sqrt(n) or n < 5000, (factor, n)     # inside the chapter's blocked model (§6.5) for long sums
 
 
 @pytest.mark.parametrize("case", ["row", "full", "column", "mean"])
@@ -244,3 +244,27 @@ def test_cascade_over_empty_loops(shape, dims):
     out, _ = _twice(f, x)
     for got, want in zip(out, f(x)):
         assert torch.equal(got._data.nan_to_num(7.0), want._data.nan_to_num(7.0)), (got, want)
+
+
+def test_welford_cascade_layer_norm_and_float64_var_of_long_rows():
+    """Welford states as narrow as their data cascade (layer_norm's float32 statistics, float64
+    var): |Δvar| <= (c + 8)·κ·u·var with κ = sqrt(1 + mean²/var) (docs/stax.md)."""
+    import tensorplay.nn.functional as F
+    n = 2 ** 20
+    g = torch.Generator().manual_seed(11)
+    a = torch.randn(2, n, generator=g, dtype=torch.float64) * 3 + 20
+    factor = _factor(n, nacc=4)
+    (v64,), cf = _twice(lambda x: (x.var(-1),), tp.from_torch(a))
+    assert "blk2_" in cf._cache[0].artifact.source
+    vr = a.var(-1)
+    kappa = (1 + a.mean(-1) ** 2 / vr).sqrt()
+    assert bool(((v64._data - vr).abs() <= (factor + 8) * kappa * 2.0 ** -53 * vr).all())
+    a32 = a.float()
+    (y,), cf = _twice(lambda x: (F.layer_norm(x, (n,)),), tp.from_torch(a32))
+    assert "blk2_" in cf._cache[0].artifact.source
+    ad = a32.double()
+    m, rstd = ad.mean(-1, keepdim=True), 1 / (ad.var(-1, unbiased=False, keepdim=True)).sqrt()
+    yr, ye = (ad - m) * rstd, torch.nn.functional.layer_norm(a32, (n,)).double()
+    kap = (1 + m ** 2 * rstd ** 2).sqrt()
+    tol = 8 * (ye - yr).abs() + (factor + 8) * U32 * ((ad - m).abs() * rstd * kap + m.abs() * rstd)
+    assert bool(((y._data.double() - yr).abs() <= tol).all()), ((y._data.double() - yr).abs() - tol).max()

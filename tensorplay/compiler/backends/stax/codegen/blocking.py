@@ -38,17 +38,20 @@ eager's short sums do.  Measured (uniform random float32, float64 reference): ``
 1.1 u relative error, as eager's (the kernels before: 0.5, their lanes stuck at 2^24); a random
 row of 1024 summed over 2^20 expanded rows 0.04 u (eager 56545 u, the kernels before 686035 u).
 Sums of small integers stay exact while every level's partial sums are (``ones`` up to 2^36).
-Welford's ``m2`` passes through the same number of combines, times the condition factor of
-docs/stax.md.  max/min/any/all are exact and prod's relative error (``k·u``) does not depend on
-the order, so they keep one level.
+A Welford state as narrow as its data (layer_norm's float32 statistics, float64 var) cascades
+the same way, its ``m2`` through the same number of combines times the condition factor of
+docs/stax.md; a wider state (float32 var's float64) keeps one level (:func:`blockable`).
+max/min/any/all are exact and prod's relative error (``k·u``) does not depend on the order, so
+they keep one level too.
 
 **Cost.** One fold (``U`` vector adds and resets, a counter) per ``FAN_IN`` steps of at least
 ``2·U`` instructions: ~2 % more instructions in the loop; the levels above are touched once per
 ``FAN_IN^(j-1)`` blocks.  Predicted: nothing for sums streaming from memory, at most ~2 % in cache.
 Measured (``benchmarks``-style interleaved rounds, t(cascade)/t(before), median [95% CI], 1 thread,
 2026-12-01): row sum 16384×1024 0.976 [0.959, 1.007], 1024×16384 1.001 [0.989, 1.011], full sum
-2^24 0.998, column sum 4096×2048 1.018 [0.997, 1.044], in cache (64×16384) 1.004 [0.994, 1.012],
-var 1024×16384 (Welford folds) 1.029 [0.991, 1.063].
+2^24 0.998, column sum 4096×2048 1.018 [0.997, 1.044], in cache (64×16384) 1.004 [0.994, 1.012];
+Welford folds: layer_norm 1024×16384 0.994 [0.983, 1.002], float64 var 1024×8192 1.031 [0.988,
+1.074] (float32 var with folds of its float64 state: 1.029-1.060, so it keeps one level).
 """
 from __future__ import annotations
 
@@ -59,9 +62,15 @@ FAN_IN = 64      # terms per lane of a block, and folds per level
 MIN_LANES = 4    # the narrowest vector the kernels are built for (SSE4.2: 16 bytes of float32)
 
 
-def blockable(rtype, acc_dtype) -> bool:
-    """Reductions whose error grows with the terms a lane adds: floating sums and Welford."""
-    return rtype == "welford" or (rtype == "sum" and acc_dtype.is_floating_point)
+def blockable(rtype, acc_dtype, src_dtype) -> bool:
+    """Reductions whose error grows with the terms a lane adds: floating sums, and Welford states
+    as narrow as their data (layer_norm's float32 state, float64 var).  A wider state (float32
+    var keeps float64, docs/stax.md) adds ``k·2^-53`` <= ``2^-27`` for ``k <= 2^26`` terms per
+    lane, below the float32 result's own rounding, so it keeps one level (a fold there cost 3-6 %
+    of a compute-bound var)."""
+    if rtype == "welford":
+        return acc_dtype.itemsize <= src_dtype.itemsize
+    return rtype == "sum" and acc_dtype.is_floating_point
 
 
 def levels(terms: int, passes: int) -> int:
@@ -170,14 +179,17 @@ class Plan:
                     top = lo
         return out
 
-    def split_head(self, var, cond, size, step, ind="    "):
-        """The head of ``for (; <cond>; var += step)`` (``cond`` has ``{end}`` for its bound) cut
-        into blocks of ``block`` steps: an outer loop over blocks, the loop over one block;
-        :meth:`foot` closes both."""
+    def split_head(self, var, size, step, ind="    "):
+        """The head of the unrolled loop ``for (; var + step <= size; var += step)`` cut into blocks
+        of ``block`` steps: a loop over blocks up to the loop's end ``var_main`` (a constant), the
+        loop over one block; :meth:`foot` closes both and sets ``var = var_main``, so the compiler
+        still knows where the single vectors and the tail after the loop start."""
         bstep = f"{self.block} * {step}"
-        return [f"for (; {cond.format(end=size)}; ) {{",
-                f"{ind}const idx_t {var}_end = ({size} - {var} > {bstep}) ? {var} + {bstep} : {size};",
-                f"{ind}for (; {cond.format(end=f'{var}_end')}; {var} += {step}) {{"]
+        main = f"{var}_main"
+        return [f"constexpr idx_t {main} = ({size} / ({step})) * ({step});",
+                f"for (; {var} + {step} <= {size}; ) {{",
+                f"{ind}const idx_t {var}_end = ({main} - {var} > {bstep}) ? {var} + {bstep} : {main};",
+                f"{ind}for (; {var} < {var}_end; {var} += {step}) {{"]
 
     def counted_head(self, var, size, ind="    "):
         """``for (idx_t var = 0; var < size; var += 1)`` cut into blocks of ``block`` iterations."""
@@ -185,5 +197,6 @@ class Plan:
                 f"{ind}const idx_t {var}_end = ({size} - {var}_b > {self.block}) ? {var}_b + {self.block} : {size};",
                 f"{ind}for (idx_t {var} = {var}_b; {var} < {var}_end; {var} += 1) {{"]
 
-    def foot(self, ind="    "):
-        return [f"{ind}}}"] + [ind + ln for ln in self.block_end()] + ["}"]
+    def foot(self, var=None, ind="    "):
+        return [f"{ind}}}"] + [ind + ln for ln in self.block_end()] + ["}"] + \
+            ([f"{var} = {var}_main;"] if var else [])

@@ -53,7 +53,7 @@ WELFORD_UNROLL = 4   # ... in a phase with a Welford reduction (longer dependenc
 COLUMN_REDUCTIONS = True   # column mode for reductions over non-trailing dims (KernelGen._column_mode)
 COLUMN_UNROLL = 8    # column mode: vectors of output columns per block (independent accumulators)
 _LANES_GUESS = 16   # a guess at VL (AVX-512 floats): only sizes column blocks for Alg. 8.1
-LOOP_STEP_MARGIN = 4096   # > the largest step of a generated loop (COLUMN_UNROLL * VL, UNROLL * VL)
+LOOP_STEP_MARGIN = 1 << 16   # > the largest step of a generated loop (a cascade block: 64 * 4 * VL)
 _SCHEDULE = " @schedule@"   # stands for the schedule clause of a parallel loop until _finish knows it
 
 
@@ -1173,7 +1173,8 @@ class KernelGen:
         innermost reduced loop makes ``steps`` steps per pass (row mode: of ``nacc`` vectors),
         each adding one term to every lane of every accumulator."""
         specs = [(n.name, n.buf.data.reduction_type, CTYPE[self._acc_dtype(n)]) for n in reds
-                 if self.acc_leader[n.name] is n and blocking.blockable(n.buf.data.reduction_type, self._acc_dtype(n))]
+                 if self.acc_leader[n.name] is n and
+                 blocking.blockable(n.buf.data.reduction_type, self._acc_dtype(n), n.buf.data.src_dtype)]
         sizes = [s for _, s in self.inner_loops]
         if not specs or not sizes or 0 in sizes or not blocking.CASCADE:
             return None
@@ -1239,12 +1240,12 @@ class KernelGen:
                 first = True   # the first vector loop runs over (nearly) all of the row: it prefetches
                 if reds and nacc > 1:
                     step, blvl = f"{nacc} * VL", lvl + (2 if blk else 1)
-                    lines += ([ind * lvl + ln for ln in blk.split_head(vm, f"{vm} + {step} <= {{end}}", vsize, step)]
+                    lines += ([ind * lvl + ln for ln in blk.split_head(vm, vsize, step)]
                               if blk else [ind * lvl + f"for (; {vm} + {step} <= {vsize}; {vm} += {step}) {{"])
                     with self._prefetch(vm, inner_nodes, earlier, lines, blvl):
                         for u in range(nacc):
                             lines += self._body(inner_nodes, "vec", blvl, u, offset=u)
-                    lines += [ind * lvl + ln for ln in (blk.foot() if blk else ["}"])]
+                    lines += [ind * lvl + ln for ln in (blk.foot(vm) if blk else ["}"])]
                     first = False
                 if self.parallel_inner:
                     lines.append(ind * lvl + "#pragma omp parallel for" + _SCHEDULE)

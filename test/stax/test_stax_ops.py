@@ -1,6 +1,6 @@
 """Stax on CPU: every lowered op compiled against eager, fusion structure, fallbacks, the cache.
 
-Tolerance (SPEC §5, error model): the compiled float32 result ``c`` is compared with a float64
+Tolerance (the error model, docs/testing.md): the compiled float32 result ``c`` is compared with a float64
 reference ``r`` and with the float32 eager result ``e``:
     |c - r| <= 8·|e - r| + 8·u·|r| + 2·sqrt(n)·u·S
 where u = 2^-24, n is the length of the longest reduction and S the magnitude of the reduced terms

@@ -57,6 +57,16 @@ LOOP_STEP_MARGIN = 1 << 16   # > the largest step of a generated loop (a cascade
 _SCHEDULE = " @schedule@"   # stands for the schedule clause of a parallel loop until _finish knows it
 
 
+def _tail_if(var, size) -> str:
+    """The head of a loop's tail ``if (var < size) {`` -- after vector loops that leave ``var`` at a
+    multiple of VL.  For a constant size the tail exists only when VL does not divide it, which
+    ``if constexpr`` decides at compile time: g++ then never sees an unreachable tail (whose
+    impossible lane counts it would warn about with -Waggressive-loop-optimizations)."""
+    if str(size).isdigit():
+        return f"if constexpr ({size} % VL != 0) if ({var} < {size}) {{"
+    return f"if ({var} < {size}) {{"
+
+
 def _vt(dtype):
     try:
         return f"tp::Vec<{CTYPE[dtype]}>"
@@ -1093,7 +1103,7 @@ class KernelGen:
             lines.append(ind * (level + 1) + f"for (; {xl} + VL <= {sl}; {xl} += VL) {{")
             lines += phases("vec", 1, level + 2)
             lines.append(ind * (level + 1) + "}")
-        lines.append(ind * (level + 1) + f"if ({xl} < {sl}) {{")
+        lines.append(ind * (level + 1) + _tail_if(xl, sl))
         lines.append(ind * (level + 2) + f"const int n = (int)({sl} - {xl});")
         lines += phases("tail", 1, level + 2)
         lines.append(ind * (level + 1) + "}")
@@ -1260,7 +1270,7 @@ class KernelGen:
                     with self._prefetch(vm, inner_nodes, earlier, lines, lvl + 1, first):
                         lines += self._body(inner_nodes, "vec", lvl + 1, 0)
                     lines.append(ind * lvl + "}")
-                lines.append(ind * lvl + f"if ({vm} < {vsize}) {{")
+                lines.append(ind * lvl + _tail_if(vm, vsize))
                 lines.append(ind * (lvl + 1) + f"const int n = (int)({vsize} - {vm});")
                 lines += self._body(inner_nodes, "tail", lvl + 1, 0)
                 lines.append(ind * lvl + "}")

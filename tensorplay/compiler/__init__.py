@@ -9,7 +9,7 @@ Read in pipeline order:
   specialize/guards.py    guards generated from the key
   graph/                  the graph IR (Node, Graph, GraphModule, Interpreter)
   passes/                 functionalisation and the rewrite passes to a fixed point
-  backends/               registry; eager (op by op); stax (fused kernels, later issues)
+  backends/               registry; eager (op by op); stax (fused C++ kernels)
   cost.py                 FLOPs and model bytes
 """
 from .api import (BackendCompilerError, Compiled, CompiledFunction, GuardError, Lowered, RecompileLimitError,

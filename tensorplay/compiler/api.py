@@ -272,8 +272,8 @@ class CompiledFunction:
     def __init__(self, fn, *, backend="stax", mode=None, options=None, dynamic=False, fullgraph=True,
                  strict_native=False, recompile_limit=8, name=None, disable=False, module=None):
         if dynamic:
-            raise NotImplementedError("tp.compile(dynamic=True): symbolic shapes are not implemented yet "
-                                      "(a later issue); use dynamic=False")
+            raise NotImplementedError("tp.compile(dynamic=True): symbolic shapes are not implemented yet; "
+                                      "use dynamic=False (each new input size is then a new specialization)")
         if not fullgraph:
             raise ValueError("tp.compile: fullgraph=False is not supported — TensorPlay has no graph breaks; "
                              "a region is compiled whole or not at all (§11.3)")

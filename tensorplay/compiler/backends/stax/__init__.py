@@ -88,7 +88,7 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
                            check_native=_check_native if strict_native else None,
                            decompose_if=stax_backend.aot_decompose)
     if any(isinstance(t, Tensor) and t.device.type != "cpu" for t in example_inputs):
-        raise StaxStrictError("the Stax CPU backend got a non-CPU tensor (the GPU backend is a later issue)")
+        raise StaxStrictError("the Stax CPU backend got a non-CPU tensor (Stax has no GPU backend yet)")
     from . import codecache
     rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
     fallbacks = [tuple(f) for f in rec["fallbacks"]]

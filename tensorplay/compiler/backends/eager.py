@@ -21,7 +21,7 @@ import torch
 
 from ..._tensor import Tensor, _wrap
 from ...autograd import grad_mode
-from ..graph.graph import _fmt_arg
+from ..graph.node import _fmt_arg
 from .registry import register_backend
 
 __all__ = ["eager_backend", "raw_function", "aot_eager_backend"]

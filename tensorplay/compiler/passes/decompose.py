@@ -37,7 +37,7 @@ from ..._tensor import _wrap
 from ...ops.registry import OPS
 from ..graph.node import Node, map_arg
 from .functionalize import functionalize, is_mutation
-from .splice import MissingMeta, replace_with_trace
+from .splice import MissingMeta, meta_tensor, replace_with_trace
 
 __all__ = ["decompose", "decompose_nodes", "decomposition_depth", "DecompositionCycleError"]
 
@@ -82,15 +82,8 @@ def _example_args(op):
 
 def _trace_decomp(op, args):
     """Trace ``op.decomp`` on ``args`` (nodes with meta, tp tensors, or numbers)."""
-    def to_val(x):
-        if isinstance(x, Node):
-            v = x.meta.get("val")
-            if not isinstance(v, torch.Tensor):
-                raise MissingMeta(f"node {x.name} has no tensor meta value")
-            return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
-        return x
     from ..capture.tracer import capture
-    vals = map_arg(tuple(args), to_val)
+    vals = map_arg(tuple(args), meta_tensor)
     return capture(op.decomp, tuple(vals), {}, execute=False, name=f"decomp_{op.name}")
 
 

@@ -19,7 +19,7 @@ from ..capture.pytree import tree_flatten, tree_unflatten
 from ..capture.tracer import TENSOR_LEAF
 from ..graph.node import Node, map_arg
 
-__all__ = ["MissingMeta", "new_attr", "trace_function", "splice", "replace_with_trace"]
+__all__ = ["MissingMeta", "new_attr", "meta_tensor", "trace_function", "splice", "replace_with_trace"]
 
 
 class MissingMeta(RuntimeError):
@@ -38,12 +38,17 @@ def new_attr(gm, base: str, value) -> str:
     return name
 
 
+def meta_tensor(node: Node):
+    """A tp tensor on the meta device standing for ``node``'s value (its meta's shape, strides, dtype)."""
+    v = node.meta.get("val")
+    if not isinstance(v, torch.Tensor):
+        raise MissingMeta(f"node {node.name} has no tensor meta value")
+    return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
+
+
 def _leaf_value(leaf):
     if isinstance(leaf, Node):
-        v = leaf.meta.get("val")
-        if not isinstance(v, torch.Tensor):
-            raise MissingMeta(f"node {leaf.name} has no tensor meta value")
-        return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
+        return meta_tensor(leaf)
     hidden = []
     map_arg(leaf, hidden.append)
     if hidden:

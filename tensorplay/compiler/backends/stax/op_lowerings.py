@@ -1873,7 +1873,7 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     ow*sW - pW + kw] (positions outside x read nothing: masked loads), divided by eager's divisor,
     computed from the output position: ``divisor_override``, else the window clipped to the padded
     input (``count_include_pad``) or to the input itself."""
-    from ....ops.nn_ops import _pool_params
+    from ....ops.nn_ops.pooling import _pool_params
     out = _out_val()
     if out.dtype not in (torch.float32, torch.float64):
         raise Unsupported("avg_pool2d dtype")
@@ -1937,7 +1937,7 @@ def _avg_pool2d_backward(g, input_size, kernel_size, stride, padding, ceil_mode,
     hold (h, w): at most ceil(k/s) per dim, oh = floor((h + p)/s) - a (``_scatter_as_gather``).
     Lowered for stride 1 (then oh = h + p - a, plain shifted loads); other strides are an extern
     kernel (ATen), measured faster."""
-    from ....ops.nn_ops import _pool_params
+    from ....ops.nn_ops.pooling import _pool_params
     out = _out_val()
     if out.dtype not in (torch.float32, torch.float64) or g.dtype != out.dtype:
         raise Unsupported("avg_pool2d_backward dtype")
@@ -2019,7 +2019,7 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
     A larger window is two reduction phases over the window in one kernel (like softmax): m = its
     max (NaN-propagating), then the min over the positions inside x of ``flat`` where the value
     equals m (``-flat`` where both are NaN: the last NaN); the value is x read at that index."""
-    from ....ops.nn_ops import _pool_params
+    from ....ops.nn_ops.pooling import _pool_params
     out = _out_val()[0] if out is None else out
     if out.dtype not in (torch.float32, torch.float64):
         raise Unsupported("max_pool2d dtype")

@@ -5,7 +5,7 @@ Read in pipeline order:
   ops_handler.py      the ``ops`` interface compute functions are written against
   ir.py               values as functions (Pointwise, Reduction), buffers, views
   lowering.py         GraphLowering: op-level graph -> loop-level IR; fallbacks
-  op_lowerings.py     register_lowering, the pointwise helper, one rule per op
+  op_lowerings/       register_lowering, the pointwise helper, one rule per op (a module per op family)
   choices.py          heuristics: materialisation, can_fuse, score_fusion, parallel depth
   scheduler.py        dependency graph, greedy fusion, local (never written) buffers
   codegen/cpp.py      one C++ function per fused group (tp::Vec vectors, OpenMP)

@@ -6,8 +6,8 @@ torch.fx.  Every other pass assumes a pure graph — a node's value is a functio
 so this pass runs first and rewrites mutation into values:
 
 * **alias analysis.**  Each tensor value has a *storage root* and a *view path*: a node produced
-  by an aliasing view op (tag ``view``, and the meta kernel confirms it aliases: ``reshape`` /
-  ``contiguous`` / ``flatten`` may copy) has its input as parent and ``(view op, view args)`` as
+  by an aliasing view op (tag ``view``, and the meta kernel confirms it aliases: the ops tagged
+  ``may_copy``, ``reshape`` / ``contiguous`` / ``flatten``, may copy) has its input as parent and ``(view op, view args)`` as
   step; multi-output views (``split``/``chunk``/``unbind``) are read through their ``getitem``
   projections as single-output steps (``narrow``/``select``).  Everything else is a root.
 * **in-place op on t** (root r, path ``p1 ... pk``): the functional twin computes the new value of
@@ -78,12 +78,12 @@ def _aliases(node: Node) -> bool:
     src = node.args[0]
     v = src.meta.get("val") if isinstance(src, Node) else None
     if not isinstance(v, torch.Tensor):
-        return d.name not in ("reshape", "flatten", "contiguous")  # no meta: assume the view aliases
+        return "may_copy" not in d.tags     # no meta: assume the view aliases unless it may copy
     inp = fresh_meta(v)
     try:
         out = d.run_meta(inp, *_meta_args(node.args[1:]))
     except Exception:
-        return d.name not in ("reshape", "flatten", "contiguous")
+        return "may_copy" not in d.tags
     # run_meta converts its input to a fresh meta tensor (no _base), so an output with a _base
     # is a view of that input
     return isinstance(out, torch.Tensor) and out._base is not None

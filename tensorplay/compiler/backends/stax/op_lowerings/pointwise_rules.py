@@ -255,6 +255,8 @@ def _addcdiv(s, t1, t2, value=1):
 # Integer floor_divide/remainder/fmod (and div with a rounding mode) by zero: the kernel reports
 # ZeroDivisionError naming the op (codegen/cpp.py), as eager raises it.
 register_lowering("floor_divide")(pointwise(lambda a, b: ops.floordiv(a, b)))
+register_lowering("remainder")(pointwise(lambda a, b: ops.remainder(a, b)))
+register_lowering("fmod")(pointwise(lambda a, b: ops.fmod(a, b)))
 register_lowering("float_power")(pointwise(lambda a, b: ops.pow(a, b)))   # computed in float64
 register_lowering("rsub")(pointwise(lambda a, b, alpha: ops.sub(b, a) if alpha == 1 else ops.sub(b, ops.mul(a, _c(alpha)))))
 register_lowering("frac")(pointwise(lambda a: ops.sub(a, ops.trunc(a))))
@@ -410,9 +412,9 @@ def _nan_to_num(a, nan=0.0, posinf=None, neginf=None):
 # ---- the ops the ``ops`` interface computes as they are ----------------------------------------------
 # A pointwise op of the table that takes only tensors and has the name of an ``ops`` function
 # (ops_handler: UNARY, BINARY, COMPARE) of the same arity is that function, unless a rule above says
-# otherwise (square, floor/ceil/trunc, bitwise_not, pow).  Comparisons (tag ``comparison``: eq ...
-# ge, isnan, isinf) compute in the promoted dtype of their inputs; the others in the result's dtype,
-# which is bool for the logical ops.
+# otherwise (square, floor/ceil/trunc, remainder, fmod, bitwise_not, pow).  Comparisons (tag
+# ``comparison``: eq ... ge, isnan, isinf) compute in the promoted dtype of their inputs; the others
+# in the result's dtype, which is bool for the logical ops.
 def _interface_rule(op):
     name = op.name
     return pointwise(lambda *a: getattr(ops, name)(*a), compute_dtype="promote" if "comparison" in op.tags else None)

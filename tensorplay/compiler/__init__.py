@@ -15,6 +15,7 @@ Read in pipeline order:
 from .api import (BackendCompilerError, Compiled, CompiledFunction, GuardError, Lowered, RecompileLimitError,
                   compile, explain, list_mode_options, reset)
 from .backends.registry import list_backends, lookup_backend, register_backend
+from .backends import eager as _eager, stax as _stax  # noqa: F401  (register "eager", "aot_eager", "stax")
 from .backends.debugging import locate_error
 from .capture.proxy import CaptureError
 

@@ -2,9 +2,10 @@
 
 Model bytes (§1.1): every graph input is read once, every output written once, and every
 *materialised* intermediate is written once and read once.  With the eager backend every op's
-result is materialised; Stax passes the set of buffers it really writes.  FLOPs: one per output
-element for pointwise ops, one per input element for reductions, 2·M·N·K for matrix products,
-2·(output elements)·(kernel volume · C_in / groups) for convolutions.
+result is materialised; Stax passes the set of buffers it really writes.  FLOPs: the op table's
+formula where an op has one (``OpDef.flops``: 2·M·N·K for matrix products, 2·(output elements)·
+(kernel volume · C_in / groups) for convolutions), else by tags: one per output element for
+pointwise and nn ops, one per input element for reductions and scans.
 """
 from __future__ import annotations
 
@@ -31,13 +32,10 @@ def _flops(n) -> int:
         return 0
     out = n.meta.get("val")
     ins = [a.meta.get("val") for a in n.all_input_nodes]
-    if d.name in ("matmul", "mm", "bmm", "addmm", "baddbmm", "linear", "einsum"):
-        if len(ins) >= 2 and hasattr(ins[0], "shape") and hasattr(out, "shape"):
-            k = ins[0].shape[-1] if len(ins[0].shape) else 1
-            return 2 * _numel(out) * k
-    if d.name.startswith("conv") and len(ins) >= 2 and hasattr(ins[1], "shape"):
-        w = ins[1].shape
-        return 2 * _numel(out) * math.prod(w[1:])
+    if d.flops is not None:                  # the op table's formula (matrix products, convolutions)
+        f = d.flops(ins, out)
+        if f is not None:
+            return f
     if "reduction" in d.tags or "scan" in d.tags:
         return sum(_numel(i) for i in ins[:1])
     if "pointwise" in d.tags or "nn" in d.tags:

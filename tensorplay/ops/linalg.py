@@ -22,6 +22,7 @@ so they always name the op and the shapes.
 from __future__ import annotations
 
 import collections
+import math
 import string
 
 import torch
@@ -32,6 +33,17 @@ from .registry import OPS, call, register
 __all__ = []
 
 L = ("linalg",)
+
+
+def _matmul_flops(ins, out):
+    """FLOPs of a matrix product for the cost model: 2·(output elements)·K, K the last dim of the
+    first tensor input -- the contracted size for matmul/mm/bmm/linear (and einsum's first operand);
+    for addmm/baddbmm the first input is the added matrix, whose last dim is the product's N (the
+    model's simplification).  None without metas (the model then counts nothing)."""
+    if len(ins) >= 2 and hasattr(ins[0], "shape") and hasattr(out, "shape"):
+        k = ins[0].shape[-1] if len(ins[0].shape) else 1
+        return 2 * math.prod(out.shape) * k
+    return None
 
 
 def _matmul_bwd(ctx, g):
@@ -58,7 +70,7 @@ def _matmul_bwd(ctx, g):
 
 
 register("matmul(Tensor self, Tensor other) -> Tensor", backward=_matmul_bwd, save=("self", "other"), tags=L,
-         dunders=("__matmul__",), rdunders=("__rmatmul__",))
+         flops=_matmul_flops, dunders=("__matmul__",), rdunders=("__rmatmul__",))
 
 
 # ---- mm / bmm / addmm / baddbmm ----------------------------------------------------------------
@@ -82,8 +94,10 @@ def _bmm_bwd(ctx, g):
             _bmm(ctx.self.transpose(1, 2), g) if n[1] else None)
 
 
-register("mm(Tensor self, Tensor mat2) -> Tensor", backward=_mm_bwd, save=("self", "mat2"), tags=L)
-register("bmm(Tensor self, Tensor mat2) -> Tensor", backward=_bmm_bwd, save=("self", "mat2"), tags=L)
+register("mm(Tensor self, Tensor mat2) -> Tensor", backward=_mm_bwd, save=("self", "mat2"), tags=L,
+         flops=_matmul_flops)
+register("bmm(Tensor self, Tensor mat2) -> Tensor", backward=_bmm_bwd, save=("self", "mat2"), tags=L,
+         flops=_matmul_flops)
 
 
 def _scaled(g, s):
@@ -106,9 +120,9 @@ def _addmm_like_bwd(prod, tr):
 
 
 register("addmm(Tensor self, Tensor mat1, Tensor mat2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
-         backward=_addmm_like_bwd(_mm, lambda m: m.t()), save=("mat1", "mat2"), tags=L)
+         backward=_addmm_like_bwd(_mm, lambda m: m.t()), save=("mat1", "mat2"), tags=L, flops=_matmul_flops)
 register("baddbmm(Tensor self, Tensor batch1, Tensor batch2, *, Scalar beta=1, Scalar alpha=1) -> Tensor",
-         backward=lambda ctx, g: _baddbmm_bwd(ctx, g), save=("batch1", "batch2"), tags=L)
+         backward=lambda ctx, g: _baddbmm_bwd(ctx, g), save=("batch1", "batch2"), tags=L, flops=_matmul_flops)
 
 
 def _baddbmm_bwd(ctx, g):
@@ -164,7 +178,8 @@ def _linear_decomp(input, weight, bias=None):
 
 
 register("linear(Tensor input, Tensor weight, Tensor? bias=None) -> Tensor", "torch.nn.functional.linear",
-         backward=_linear_bwd, save=("input", "weight"), decomp=_linear_decomp, tags=L, method=False)
+         backward=_linear_bwd, save=("input", "weight"), decomp=_linear_decomp, tags=L, flops=_matmul_flops,
+         method=False)
 
 
 # ---- einsum --------------------------------------------------------------------------------------
@@ -246,7 +261,7 @@ def _einsum_bwd_entry(ctx, g):
 
 
 _einsum_op = register("einsum(str equation, Tensor[] tensors) -> Tensor", _einsum_kernel, backward=_einsum_bwd_entry,
-                      save=("tensors",), tags=L, method=False)
+                      save=("tensors",), tags=L, flops=_matmul_flops, method=False)
 
 
 def einsum(equation, *operands):

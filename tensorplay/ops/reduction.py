@@ -51,6 +51,7 @@ from .registry import OPS, register
 __all__ = []
 
 RD = ("reduction",)
+RDS = ("reduction", "sort")    # median, mode: reductions computed by sorting or selection
 ND = ("reduction", "nondifferentiable")
 
 
@@ -309,10 +310,10 @@ _max, _min = _make_maxmin("max"), _make_maxmin("min")
 # mode, aminmax
 for _n in ("median", "nanmedian"):
     register(f"{_n}(Tensor self) -> Tensor", (lambda f: lambda self: f(self))(getattr(torch, _n)),
-             backward=_evenly_bwd, save=("self", "result"), tags=RD, function=False, method=False)
+             backward=_evenly_bwd, save=("self", "result"), tags=RDS, function=False, method=False)
     register(f"{_n}_dim(Tensor self, int dim, bool keepdim=False) -> (Tensor values, Tensor indices)",
              (lambda f: lambda self, dim, keepdim: tuple(f(self, dim, keepdim)))(getattr(torch, _n)),
-             backward=_max_dim_bwd, save=("result",), tags=RD, function=False, method=False)
+             backward=_max_dim_bwd, save=("result",), tags=RDS, function=False, method=False)
     OPS[f"{_n}_dim"].returns_named = collections.namedtuple(_n, ["values", "indices"])
 
 
@@ -333,7 +334,7 @@ def _make_median(kind):
 
 register("mode(Tensor self, int dim=-1, bool keepdim=False) -> (Tensor values, Tensor indices)",
          lambda self, dim, keepdim: tuple(torch.mode(self, dim, keepdim)),
-         backward=_max_dim_bwd, save=("result",), tags=RD)
+         backward=_max_dim_bwd, save=("result",), tags=RDS)
 OPS["mode"].returns_named = collections.namedtuple("mode", ["values", "indices"])
 
 

@@ -12,8 +12,19 @@ about the op, so that no other part of the system keeps a second list:
 ``save``      which arguments (and ``"result"``) the formula reads; only those are kept alive
 ``jvp``       optional forward-mode formula; otherwise forward mode transposes ``backward``
 ``decomp``    optional decomposition into simpler tp ops (read by the compiler's decompose pass)
-``tags``      pointwise, reduction, view, inplace, random, factory, linalg, nn, nondeterministic
+``flops``     optional FLOP count of one call, ``flops(input metas, output meta)`` (the cost model's;
+              without it the model counts by tags)
+``tags``      pointwise, reduction, view, inplace, random, factory, linalg, nn, nondeterministic,
+              comparison, scan, sort, indexing, dynamic_shape, nondifferentiable, loss, shape, conv,
+              may_copy (below)
 ============  ==============================================================================
+
+A few tags answer a compiler's questions about an op, so that no pass keeps a list of names:
+``may_copy`` marks the views whose result is a copy when the input's layout cannot be viewed
+(``reshape``, ``flatten``, ``contiguous``: they may or may not alias their input); ``conv`` the
+convolutions and their backward ops; ``sort`` the ops computed by sorting or selection (sort,
+topk, kthvalue, median, mode, unique); ``scan`` the cumulative ops; ``linalg`` the matrix
+products.
 
 From the table we generate the free functions (``tp.add``), the ``Tensor`` methods, the Python
 operators (``__add__``/``__radd__``) and the in-place variants (``add_``).
@@ -47,7 +58,7 @@ class DataDependentShapeError(RuntimeError):
 
 TAGS = frozenset({"pointwise", "reduction", "view", "inplace", "random", "factory", "linalg", "nn",
                   "nondeterministic", "comparison", "scan", "sort", "indexing", "dynamic_shape",
-                  "nondifferentiable", "loss", "shape"})
+                  "nondifferentiable", "loss", "shape", "conv", "may_copy"})
 
 
 @dataclass
@@ -60,6 +71,7 @@ class OpDef:
     meta: Callable | None = None
     jvp: Callable | None = None
     decomp: Callable | None = None
+    flops: Callable | None = None       # (input metas, output meta) -> FLOPs, or None: count by tags
     tags: frozenset = frozenset()
     method: str | None = None          # Tensor method name, or None
     function: str | None = None        # free function name (tp.<function>), or None
@@ -195,7 +207,7 @@ def _map_index(idx, f):
 # Registration
 # ---------------------------------------------------------------------------------------------
 def register(schema: str, eager: Callable | str | None = None, *, backward=None, save=None, meta=None,
-             jvp=None, decomp=None, tags=(), method: bool | str = True, function: bool | str = True,
+             jvp=None, decomp=None, flops=None, tags=(), method: bool | str = True, function: bool | str = True,
              dunders=(), rdunders=(), varargs=None, inplace: bool | str = False, inplace_eager=None,
              inplace_dunders=(), differentiable=True, doc="") -> OpDef:
     """Add one op to the table and generate its Python function (and in-place twin).
@@ -221,7 +233,7 @@ def register(schema: str, eager: Callable | str | None = None, *, backward=None,
         eager = torch_adapter(s, obj)
     op = OpDef(name=s.name, schema=s, eager=eager, backward=backward,
                save=tuple(save) if save is not None else None, meta=meta, jvp=jvp, decomp=decomp,
-               tags=tags, method=(s.name if method is True else (method or None)),
+               flops=flops, tags=tags, method=(s.name if method is True else (method or None)),
                function=(s.name if function is True else (function or None)), dunders=tuple(dunders),
                rdunders=tuple(rdunders),
                varargs=varargs, differentiable=differentiable and backward is not None, doc=doc)

@@ -51,6 +51,7 @@ from .registry import OPS, DataDependentShapeError, _to_meta, register
 __all__ = ["swapdims", "moveaxis"]
 
 V = ("view",)
+MC = ("view", "may_copy")     # a view where the layout allows one, else a copy
 S = ("shape",)
 IX = ("indexing",)
 
@@ -84,7 +85,7 @@ def _norm_dim(d, n):
 register("view(Tensor self, int[] size) -> Tensor", lambda self, size: self.view(size),
          backward=lambda ctx, g: g.reshape(ctx.self.shape), save=(), tags=V, varargs="size", function=False)
 register("reshape(Tensor self, int[] shape) -> Tensor", lambda self, shape: _alias(self.reshape(shape), self),
-         backward=lambda ctx, g: g.reshape(ctx.self.shape), save=(), tags=V, varargs="shape")
+         backward=lambda ctx, g: g.reshape(ctx.self.shape), save=(), tags=MC, varargs="shape")
 register("permute(Tensor self, int[] dims) -> Tensor", lambda self, dims: self.permute(dims),
          backward=lambda ctx, g: g.permute(_inv_perm(ctx.dims)), save=(), tags=V, varargs="dims")
 register("transpose(Tensor self, int dim0, int dim1) -> Tensor",
@@ -106,7 +107,7 @@ register("squeeze(Tensor self, int[]? dim=None) -> Tensor", _squeeze_kernel,
          backward=lambda ctx, g: g.reshape(ctx.self.shape), save=(), tags=V)
 register("flatten(Tensor self, int start_dim=0, int end_dim=-1) -> Tensor",
          lambda self, start_dim, end_dim: _alias(torch.flatten(self, start_dim, end_dim), self),
-         backward=lambda ctx, g: g.reshape(ctx.self.shape), save=(), tags=V)
+         backward=lambda ctx, g: g.reshape(ctx.self.shape), save=(), tags=MC)
 register("unflatten(Tensor self, int dim, int[] sizes) -> Tensor",
          backward=lambda ctx, g: g.reshape(ctx.self.shape), save=(), tags=V)
 register("t(Tensor self) -> Tensor", backward=lambda ctx, g: g.t(), save=(), tags=V)
@@ -114,7 +115,7 @@ register("movedim(Tensor self, int[] source, int[] destination) -> Tensor",
          backward=lambda ctx, g: g.movedim(ctx.destination, ctx.source), save=(), tags=V)
 register("contiguous(Tensor self) -> Tensor",
          lambda self: self.contiguous() if not self.is_contiguous() else self.view(self.shape),
-         backward=lambda ctx, g: g, save=(), tags=("view", "shape"), function=False)
+         backward=lambda ctx, g: g, save=(), tags=MC + ("shape",), function=False)
 register("clone(Tensor self) -> Tensor", lambda self: self.clone(),
          backward=lambda ctx, g: g, save=(), tags=("pointwise",))
 register("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None, bool non_blocking=False) -> Tensor",

@@ -20,7 +20,7 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
-from tensorplay.compiler.backends.stax import op_lowerings
+from tensorplay.compiler.backends.stax.op_lowerings import view_rules
 
 pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
 
@@ -120,11 +120,11 @@ def test_unproved_indirect_access_gets_a_runtime_offset_check(monkeypatch):
     bounds.py cannot prove: the kernel checks the element offsets at run time instead of being
     refused, in-range results stay right, and an index past the buffer raises IndexError instead
     of reading out of bounds."""
-    orig = op_lowerings._checked
+    orig = view_rules._checked
 
     def weak(value, size, op, dim, wrap=False, message=None):
         return orig(value, size + 3, op, dim, wrap, message)
-    monkeypatch.setattr(op_lowerings, "_checked", weak)
+    monkeypatch.setattr(view_rules, "_checked", weak)
     monkeypatch.setenv("TP_GRAPH_CACHE", "0")     # compile this graph afresh, and do not keep it
     f = lambda x, i: x.gather(0, i) * 2          # noqa: E731
     cf = tp.compile(f, strict_native=True)

@@ -10,7 +10,8 @@ outputs, then the saved values) and keeps exactly the partitioner's saved values
 ``ctx.save_for_backward``; its ``backward``
 
 * compiles the **backward graph at the first backward()** (``bw_compiler``; a failure there warns and
-  runs that graph op by op unless ``strict_native``);
+  runs the graph compiled by ``bw_fallback`` instead -- the backends pass the eager backend's op-by-op
+  ``raw_function`` -- unless ``strict_native`` or no ``bw_fallback`` is given);
 * gives the compiled backward the saved values and one tangent per differentiable output (laid out
   as the backward graph expects: incoming gradients with other strides are copied);
 * returns one gradient per input (None where none), which the engine accumulates into ``.grad`` of
@@ -156,7 +157,7 @@ class AOTRuntime:
     """The artifact of a compiled training region (callable on the flat inputs)."""
 
     def __init__(self, lowered: AOTLowered, example_inputs, fw_compiler, bw_compiler, *, name="region",
-                 strict_native=False, check_native=None):
+                 strict_native=False, check_native=None, bw_fallback=None):
         self.lowered = lowered
         joint, part = lowered.joint, lowered.partition
         self.name = name
@@ -169,6 +170,7 @@ class AOTRuntime:
         self.strict_native = strict_native
         self.fw = fw_compiler(part.fw_gm, [_detached(t) for t in example_inputs])
         self._bw_compiler = bw_compiler
+        self._bw_fallback = bw_fallback
         self.bw_gm, self.grad_pos, self.n_grads = compact_outputs(part.bw_gm)
         ph = self.bw_gm.graph.placeholders
         n_saved = len(ph) - len(self.diff_idx)
@@ -228,24 +230,24 @@ class AOTRuntime:
             try:
                 self._bw = self._bw_compiler(self.bw_gm, example)
             except Exception as e:
-                if self.strict_native:
+                if self.strict_native or self._bw_fallback is None:
                     raise
                 warnings.warn(f"tp.compile({self.name}): compiling the backward graph failed ({type(e).__name__}: "
                               f"{e}); running it op by op instead", RuntimeWarning, stacklevel=4)
-                from ..backends.eager import raw_function
-                self._bw = raw_function(self.bw_gm)
+                self._bw = self._bw_fallback(self.bw_gm)
         return self._bw
 
 
 def aot_backend(gm, example_inputs, *, fw_compiler, bw_compiler=None, options=None, strict_native=False,
-                check_native=None, name="region", decompose_if=None, **kwargs):
+                check_native=None, name="region", decompose_if=None, bw_fallback=None, **kwargs):
     """Compile a training region: joint graph, partition, forward now, backward lazily (see the
     module docstring).  ``fw_compiler(gm, example_inputs) -> callable`` is a non-autograd backend
-    (it receives detached example inputs); ``bw_compiler`` defaults to it."""
+    (it receives detached example inputs); ``bw_compiler`` defaults to it.  ``bw_fallback(gm) ->
+    callable`` runs the backward graph when compiling it fails (None: the failure is raised)."""
     partitioner = (options or {}).get("aot.partitioner", "min_cut")
     lowered = aot_lower(gm, example_inputs, partitioner, decompose_if)
     rt = AOTRuntime(lowered, example_inputs, fw_compiler, bw_compiler or fw_compiler, name=name,
-                    strict_native=strict_native, check_native=check_native)
+                    strict_native=strict_native, check_native=check_native, bw_fallback=bw_fallback)
 
     def run(*args):
         return rt(*args)

@@ -21,7 +21,7 @@ import torch
 
 from ..._tensor import Tensor, _wrap
 from ...autograd import grad_mode
-from ..graph.graph import _fmt_arg
+from ..graph.node import _fmt_arg
 from .registry import register_backend
 
 __all__ = ["eager_backend", "raw_function", "aot_eager_backend"]
@@ -131,7 +131,7 @@ def aot_eager_backend(gm, example_inputs, *, options=None, strict_native=False, 
     if not is_training_region(example_inputs):
         return eager_backend(gm, example_inputs)
     return aot_backend(gm, example_inputs, fw_compiler=lambda g, ex: raw_function(g, _one_device(ex)),
-                       options=options)
+                       options=options, bw_fallback=raw_function)
 
 
 register_backend(aot_eager_backend, name="aot_eager")

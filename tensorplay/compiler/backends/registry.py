@@ -4,6 +4,9 @@ A backend is ``backend(gm, example_inputs, **kwargs) -> callable``: it receives 
 front-end passes and example inputs (the flat placeholder values), and returns a function of the
 flat inputs returning the tuple of flat outputs.  ``kwargs`` carries the resolved mode options and
 ``strict_native``.
+
+This module is the table only (it imports no backend): each backend registers itself when it is
+imported, and ``tensorplay.compiler`` imports the built-in ones (``eager``, ``aot_eager``, ``stax``).
 """
 from __future__ import annotations
 
@@ -24,7 +27,6 @@ def register_backend(fn=None, *, name=None):
 def lookup_backend(name_or_fn):
     if callable(name_or_fn):
         return name_or_fn
-    _load_builtin()
     try:
         return _BACKENDS[name_or_fn]
     except KeyError:
@@ -32,10 +34,4 @@ def lookup_backend(name_or_fn):
 
 
 def list_backends() -> list[str]:
-    _load_builtin()
     return sorted(_BACKENDS)
-
-
-def _load_builtin():
-    from . import eager  # noqa: F401  (registers "eager" and "aot_eager")
-    from . import stax  # noqa: F401  (registers "stax")

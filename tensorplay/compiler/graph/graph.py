@@ -15,9 +15,7 @@ import contextlib
 import keyword
 import re
 
-import torch
-
-from .node import Node, map_arg
+from .node import Node, _fmt_arg, map_arg
 
 __all__ = ["Graph", "GraphLintError"]
 
@@ -27,29 +25,6 @@ class GraphLintError(RuntimeError):
 
 
 _RESERVED = set(dir(builtins)) | {"torch", "ops", "self", "tp", "operator", "fns", "inf"}
-
-
-def _fmt_arg(a, prefix=""):
-    if isinstance(a, Node):
-        return f"{prefix}{a.name}"
-    if isinstance(a, tuple):
-        inner = ", ".join(_fmt_arg(x, prefix) for x in a)
-        return f"({inner}{',' if len(a) == 1 else ''})"
-    if isinstance(a, list):
-        return "[" + ", ".join(_fmt_arg(x, prefix) for x in a) + "]"
-    if isinstance(a, dict):
-        return "{" + ", ".join(f"{k!r}: {_fmt_arg(v, prefix)}" for k, v in a.items()) + "}"
-    if isinstance(a, slice):
-        return f"slice({_fmt_arg(a.start, prefix)}, {_fmt_arg(a.stop, prefix)}, {_fmt_arg(a.step, prefix)})"
-    if isinstance(a, torch.dtype):
-        return str(a)
-    if isinstance(a, torch.device):
-        return f"torch.device({str(a)!r})"
-    if a is Ellipsis:
-        return "..."
-    if isinstance(a, float) and (a != a or a in (float("inf"), float("-inf"))):
-        return f"float({str(a)!r})"
-    return repr(a)
 
 
 class Graph:

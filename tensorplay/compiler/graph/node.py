@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Callable
 
+import torch
+
 __all__ = ["Node", "map_arg", "map_aggregate", "OPCODES"]
 
 OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
@@ -35,6 +37,30 @@ def map_aggregate(a, fn: Callable):
 def map_arg(a, fn: Callable[["Node"], Any]):
     """Apply ``fn`` to every Node inside ``a``."""
     return map_aggregate(a, lambda x: fn(x) if isinstance(x, Node) else x)
+
+
+def _fmt_arg(a, prefix=""):
+    """An argument as Python source (``prefix`` before node names: ``%x`` in ``format_node``)."""
+    if isinstance(a, Node):
+        return f"{prefix}{a.name}"
+    if isinstance(a, tuple):
+        inner = ", ".join(_fmt_arg(x, prefix) for x in a)
+        return f"({inner}{',' if len(a) == 1 else ''})"
+    if isinstance(a, list):
+        return "[" + ", ".join(_fmt_arg(x, prefix) for x in a) + "]"
+    if isinstance(a, dict):
+        return "{" + ", ".join(f"{k!r}: {_fmt_arg(v, prefix)}" for k, v in a.items()) + "}"
+    if isinstance(a, slice):
+        return f"slice({_fmt_arg(a.start, prefix)}, {_fmt_arg(a.stop, prefix)}, {_fmt_arg(a.step, prefix)})"
+    if isinstance(a, torch.dtype):
+        return str(a)
+    if isinstance(a, torch.device):
+        return f"torch.device({str(a)!r})"
+    if a is Ellipsis:
+        return "..."
+    if isinstance(a, float) and (a != a or a in (float("inf"), float("-inf"))):
+        return f"float({str(a)!r})"
+    return repr(a)
 
 
 def _collect(a, out: dict):
@@ -126,7 +152,6 @@ class Node:
         return d is not None and d.is_inplace
 
     def format_node(self) -> str:
-        from .graph import _fmt_arg
         val = self.meta.get("val")
         ty = ""
         if val is not None and hasattr(val, "shape"):

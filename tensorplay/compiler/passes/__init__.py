@@ -17,6 +17,9 @@ functionalize      in-place ops and mutation through views -> pure ops + scatter
 pipeline           :func:`run_passes`: functionalise once, then the rest to a fixed point
 =================  ============================================================================
 
+Shared by the passes: ``node_meta`` (a new node's meta value from its op's meta kernel) and
+``splice`` (replace a node by a function traced on its metas: canonicalisation, decomposition).
+
 Each pass lives in the module of the same name; import the function from there
 (``from tensorplay.compiler.passes.cse import cse``) or use the module attribute
 (``passes.cse.cse(gm)``).  The package itself exports the modules, :func:`run_passes`,

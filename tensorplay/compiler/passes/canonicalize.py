@@ -30,7 +30,8 @@ import operator
 
 from ...ops.registry import OPS
 from ..graph.node import Node
-from .functionalize import set_meta
+from .node_meta import set_meta
+from .splice import MissingMeta, replace_with_trace
 
 __all__ = ["canonicalize", "is_canonical", "canonical_args"]
 
@@ -159,9 +160,8 @@ def canonicalize(gm) -> bool:
             g.erase_node(n)
             changed = True
         else:
-            from .decompose import MissingMeta, replace_with_trace
             try:
-                replace_with_trace(gm, n, target, args, kwargs, check_meta=False, functional=False)
+                replace_with_trace(gm, n, target, args, kwargs, check_meta=False)
             except MissingMeta:
                 continue
             changed = True

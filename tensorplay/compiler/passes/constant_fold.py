@@ -31,8 +31,9 @@ import torch
 from ..._tensor import Tensor
 from ...autograd import grad_mode
 from ..graph.node import Node, map_arg
-from .decompose import new_attr
-from .functionalize import alias_root, fresh_meta, mutated_roots
+from .functionalize import alias_root, mutated_roots
+from .node_meta import fresh_meta
+from .splice import new_attr
 
 __all__ = ["constant_fold", "MAX_ELEMENTS"]
 

@@ -27,140 +27,23 @@ well-founded.
 A decomposition that cannot be traced on meta values (a data-dependent branch, a node without
 meta) leaves its node in place, with the reason in ``node.meta["decompose_error"]``.
 
-The module also holds the trace-and-splice helper shared with canonicalisation.
+Tracing and splicing are splice.py's (shared with canonicalisation).
 """
 from __future__ import annotations
-
-import operator
 
 import torch
 
 from ..._tensor import _wrap
 from ...ops.registry import OPS
-from ..capture.pytree import tree_flatten, tree_unflatten
-from ..capture.tracer import TENSOR_LEAF
 from ..graph.node import Node, map_arg
+from .functionalize import functionalize, is_mutation
+from .splice import MissingMeta, meta_tensor, replace_with_trace
 
-__all__ = ["decompose", "decompose_nodes", "decomposition_depth", "DecompositionCycleError", "trace_function", "splice",
-           "replace_with_trace", "new_attr"]
+__all__ = ["decompose", "decompose_nodes", "decomposition_depth", "DecompositionCycleError"]
 
 
 class DecompositionCycleError(RuntimeError):
     """The decomposition table has a cycle outside the basis (Prop. 4.3's depth is undefined)."""
-
-
-# ---------------------------------------------------------------------------------------------
-# trace and splice
-# ---------------------------------------------------------------------------------------------
-class MissingMeta(RuntimeError):
-    pass
-
-
-def new_attr(gm, base: str, value) -> str:
-    """Store ``value`` as a new, uniquely named attribute of ``gm`` (never overwrites)."""
-    base = base or "const"
-    name, i = base, 0
-    while name in gm._attrs or hasattr(gm, name):
-        i += 1
-        name = f"{base}_{i}"
-    gm._attrs[name] = value
-    setattr(gm, name, value)
-    return name
-
-
-def _leaf_value(leaf):
-    if isinstance(leaf, Node):
-        v = leaf.meta.get("val")
-        if not isinstance(v, torch.Tensor):
-            raise MissingMeta(f"node {leaf.name} has no tensor meta value")
-        return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
-    hidden = []
-    map_arg(leaf, hidden.append)
-    if hidden:
-        raise MissingMeta(f"graph nodes nested inside {type(leaf).__name__} cannot be traced")
-    return leaf
-
-
-def trace_function(fn, args, kwargs=None, name="sub"):
-    """Capture ``fn(*args, **kwargs)`` symbolically, where the arguments may hold graph nodes (their
-    meta values stand in for the tensors).  Returns ``(capture, input nodes in placeholder order)``."""
-    from ..capture.tracer import TENSOR_LEAF, capture
-    leaves, spec = tree_flatten((tuple(args), dict(kwargs or {})))
-    vals = [_leaf_value(x) for x in leaves]
-    inputs = [x for x in leaves if isinstance(x, Node)]
-    targs, tkw = tree_unflatten(vals, spec)
-    cap = capture(fn, targs, tkw, execute=False, name=name)
-    if cap.n_inputs != len(inputs) or cap.free:
-        raise RuntimeError(f"trace of {name}: placeholders do not match the inputs")
-    return cap, inputs
-
-
-def splice(gm, before: Node, cap, inputs):
-    """Copy the captured graph into ``gm.graph`` before ``before``; returns the output leaves (nodes
-    for tensors, the Python values otherwise) in flattening order."""
-    g = gm.graph
-    sub = cap.gm.graph
-    env: dict = {}
-    it = iter(inputs)
-    outs = None
-    with g.inserting_before(before):
-        for n in sub.nodes:
-            if n.op == "placeholder":
-                env[n] = next(it)
-                continue
-            if n.op == "output":
-                outs = list(n.args[0])
-                continue
-            if n.op == "get_attr":
-                attr = new_attr(gm, n.target, getattr(cap.gm, n.target))
-                new = g.get_attr(attr)
-            else:
-                new = g.create_node(n.op, n.target, map_arg(n.args, env.__getitem__),
-                                    map_arg(n.kwargs, env.__getitem__))
-            new.meta = dict(n.meta)
-            env[n] = new
-    it_nodes = iter(outs)
-    leaves = [next(it_nodes) if c is TENSOR_LEAF else c for c in cap.out_consts]
-    return [env[x] if isinstance(x, Node) else x for x in leaves]
-
-
-def replace_with_trace(gm, node: Node, fn, args, kwargs=None, *, check_meta=True, functional=True):
-    """Replace ``node`` by the traced ``fn(*args, **kwargs)``; returns the spliced result leaves."""
-    cap, inputs = trace_function(fn, args, kwargs, name=node.name)
-    if functional:
-        from .functionalize import functionalize, is_mutation
-        functionalize(cap.gm)
-        if any(is_mutation(n) and not n.meta.get("private_inplace") for n in cap.gm.graph.nodes):
-            raise RuntimeError(f"the traced replacement of {node.name} mutates its inputs")
-    leaves = splice(gm, node, cap, inputs)
-    _redirect(gm, node, leaves, check_meta)
-    return leaves
-
-
-def _redirect(gm, node, leaves, check_meta):
-    old = node.meta.get("val")
-    if isinstance(old, (tuple, list)) or len(leaves) != 1:
-        for u in list(node.users):
-            if u.op == "call_function" and u.target is operator.getitem and u.args[0] is node:
-                r = leaves[u.args[1]]
-                if not isinstance(r, Node):
-                    raise RuntimeError(f"replacement of {node.name}: output {u.args[1]} is not a tensor")
-                u.replace_all_uses_with(r)
-                gm.graph.erase_node(u)
-            else:
-                raise RuntimeError(f"replacement of {node.name}: multi-output node used by {u.name} directly")
-    else:
-        tensors = [x for x in leaves if isinstance(x, Node)]
-        if len(tensors) != 1:
-            raise RuntimeError(f"replacement of {node.name}: expected one tensor result, got {len(tensors)}")
-        r = tensors[0]
-        new = r.meta.get("val")
-        if check_meta and isinstance(old, torch.Tensor) and isinstance(new, torch.Tensor):
-            if tuple(old.shape) != tuple(new.shape) or old.dtype != new.dtype:
-                raise RuntimeError(f"replacement of {node.name} ({node.target_name}) changes its type: "
-                                   f"{old.dtype}{list(old.shape)} -> {new.dtype}{list(new.shape)}")
-        node.replace_all_uses_with(r)
-    gm.graph.erase_node(node)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,15 +82,8 @@ def _example_args(op):
 
 def _trace_decomp(op, args):
     """Trace ``op.decomp`` on ``args`` (nodes with meta, tp tensors, or numbers)."""
-    def to_val(x):
-        if isinstance(x, Node):
-            v = x.meta.get("val")
-            if not isinstance(v, torch.Tensor):
-                raise MissingMeta(f"node {x.name} has no tensor meta value")
-            return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
-        return x
     from ..capture.tracer import capture
-    vals = map_arg(tuple(args), to_val)
+    vals = map_arg(tuple(args), meta_tensor)
     return capture(op.decomp, tuple(vals), {}, execute=False, name=f"decomp_{op.name}")
 
 
@@ -290,6 +166,14 @@ def decompose(gm, basis=None) -> bool:
     return changed
 
 
+def _functional_only(traced, node):
+    """A decomposition that uses in-place ops is functionalised before splicing; one that would
+    mutate its inputs is refused (module doc)."""
+    functionalize(traced)
+    if any(is_mutation(n) and not n.meta.get("private_inplace") for n in traced.graph.nodes):
+        raise RuntimeError(f"the traced replacement of {node.name} mutates its inputs")
+
+
 def _expand(gm, node, check=None) -> bool:
     """Replace ``node`` by its op's traced decomposition (after ``check()``).  A node that cannot be
     traced symbolically (e.g. a data-dependent branch) stays -- the backend runs it as an extern op
@@ -298,7 +182,7 @@ def _expand(gm, node, check=None) -> bool:
     try:
         if check is not None:
             check()
-        replace_with_trace(gm, node, node.opdef.decomp, node.args)
+        replace_with_trace(gm, node, node.opdef.decomp, node.args, prepare=_functional_only)
     except (CaptureError, MissingMeta) as e:
         node.meta["decompose_error"] = str(e)
         return False

@@ -6,8 +6,8 @@ torch.fx.  Every other pass assumes a pure graph — a node's value is a functio
 so this pass runs first and rewrites mutation into values:
 
 * **alias analysis.**  Each tensor value has a *storage root* and a *view path*: a node produced
-  by an aliasing view op (tag ``view``, and the meta kernel confirms it aliases: ``reshape`` /
-  ``contiguous`` / ``flatten`` may copy) has its input as parent and ``(view op, view args)`` as
+  by an aliasing view op (tag ``view``, and the meta kernel confirms it aliases: the ops tagged
+  ``may_copy``, ``reshape`` / ``contiguous`` / ``flatten``, may copy) has its input as parent and ``(view op, view args)`` as
   step; multi-output views (``split``/``chunk``/``unbind``) are read through their ``getitem``
   projections as single-output steps (``narrow``/``select``).  Everything else is a root.
 * **in-place op on t** (root r, path ``p1 ... pk``): the functional twin computes the new value of
@@ -51,54 +51,9 @@ import torch
 
 from ...ops.registry import OPS
 from ..graph.node import Node, map_arg
+from .node_meta import _meta_args, fresh_meta, meta_of, set_meta
 
-__all__ = ["functionalize", "view_step", "alias_root", "mutated_roots", "is_mutation", "is_writeback",
-           "meta_of", "fresh_meta", "set_meta"]
-
-
-# ---------------------------------------------------------------------------------------------
-# meta helpers
-# ---------------------------------------------------------------------------------------------
-def meta_of(x):
-    """The meta value of a node (``meta["val"]``) or of a constant argument (returned as is)."""
-    if isinstance(x, Node):
-        return x.meta.get("val")
-    return x
-
-
-def fresh_meta(t):
-    """A meta tensor with ``t``'s shape/dtype/strides and no ``_base`` (a fresh allocation)."""
-    if isinstance(t, torch.Tensor):
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    return t
-
-
-def _meta_args(args):
-    def conv(n):
-        v = n.meta.get("val")
-        if not isinstance(v, torch.Tensor):
-            raise _NoMeta(n.name)
-        return fresh_meta(v)
-    return map_arg(args, conv)
-
-
-class _NoMeta(Exception):
-    pass
-
-
-def set_meta(node: Node, op=None):
-    """Fill ``node.meta["val"]`` by the op's meta function on its inputs' metas (best effort)."""
-    op = op or node.opdef
-    if op is None:
-        return
-    try:
-        out = op.run_meta(*_meta_args(node.args))
-    except Exception:
-        return
-    if isinstance(out, torch.Tensor):
-        node.meta["val"] = fresh_meta(out)
-    elif isinstance(out, (list, tuple)):
-        node.meta["val"] = tuple(fresh_meta(o) for o in out)
+__all__ = ["functionalize", "view_step", "alias_root", "mutated_roots", "is_mutation", "is_writeback"]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -123,12 +78,12 @@ def _aliases(node: Node) -> bool:
     src = node.args[0]
     v = src.meta.get("val") if isinstance(src, Node) else None
     if not isinstance(v, torch.Tensor):
-        return d.name not in ("reshape", "flatten", "contiguous")  # no meta: assume the view aliases
+        return "may_copy" not in d.tags     # no meta: assume the view aliases unless it may copy
     inp = fresh_meta(v)
     try:
         out = d.run_meta(inp, *_meta_args(node.args[1:]))
     except Exception:
-        return d.name not in ("reshape", "flatten", "contiguous")
+        return "may_copy" not in d.tags
     # run_meta converts its input to a fresh meta tensor (no _base), so an output with a _base
     # is a view of that input
     return isinstance(out, torch.Tensor) and out._base is not None

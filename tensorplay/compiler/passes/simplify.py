@@ -45,7 +45,8 @@ import torch
 
 from ...ops.registry import OPS
 from ..graph.node import Node, map_arg
-from .functionalize import alias_root, meta_of, mutated_roots, set_meta
+from .functionalize import alias_root, mutated_roots
+from .node_meta import meta_of, set_meta
 
 __all__ = ["simplify", "same_layout"]
 

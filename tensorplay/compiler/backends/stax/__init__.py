@@ -5,7 +5,7 @@ Read in pipeline order:
   ops_handler.py      the ``ops`` interface compute functions are written against
   ir.py               values as functions (Pointwise, Reduction), buffers, views
   lowering.py         GraphLowering: op-level graph -> loop-level IR; fallbacks
-  op_lowerings.py     register_lowering, the pointwise helper, one rule per op
+  op_lowerings/       register_lowering, the pointwise helper, one rule per op (a module per op family)
   choices.py          heuristics: materialisation, can_fuse, score_fusion, parallel depth
   scheduler.py        dependency graph, greedy fusion, local (never written) buffers
   codegen/cpp.py      one C++ function per fused group (tp::Vec vectors, OpenMP)
@@ -80,13 +80,14 @@ def _reject_fallbacks(fallbacks, where=""):
 
 def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw):
     from ...aot import aot_backend, is_training_region
+    from ..eager import raw_function
     if is_training_region(example_inputs):
         # training region (docs/aot.md): joint graph -> partition -> both graphs through this backend
         def native(g, example):
             return stax_backend(g, example, options=options, strict_native=strict_native, **kw)
         return aot_backend(gm, example_inputs, fw_compiler=native, options=options, strict_native=strict_native,
                            check_native=_check_native if strict_native else None,
-                           decompose_if=stax_backend.aot_decompose)
+                           decompose_if=stax_backend.aot_decompose, bw_fallback=raw_function)
     if any(isinstance(t, Tensor) and t.device.type != "cpu" for t in example_inputs):
         raise StaxStrictError("the Stax CPU backend got a non-CPU tensor (Stax has no GPU backend yet)")
     from . import codecache

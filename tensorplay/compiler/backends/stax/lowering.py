@@ -4,7 +4,8 @@ Walks the graph once.  Placeholders become :class:`InputBuffer`s; each ``call_fu
 lowered by its rule in :data:`op_lowerings.LOWERINGS` (looked up by op name), which returns
 :class:`TensorBox`es holding unrealized functions; views of realized buffers become
 :class:`ReinterpretView`s whose (size, stride, offset) come from running the view op on a meta
-tensor with the buffer's layout — so every view op of the table gets exact strides for free.
+tensor with the buffer's layout (``op_lowerings/view_rules.py``) — so every view op of the table
+gets exact strides for free.
 
 A node with no lowering (or whose lowering raises :class:`Unsupported`) becomes a **fallback**
 kernel: the wrapper calls the op's eager kernel.  ``TP_STAX_LOWER_DEBUG=1`` lists them with the
@@ -261,18 +262,3 @@ def _native_dtypes_ok(node) -> bool:
             if hasattr(t, "dtype") and t.dtype not in _NATIVE:
                 return False
     return True
-
-
-def view_of_buffer(graph: GraphLowering, box: TensorBox, view_fn) -> TensorBox:
-    """A view of a realized value: apply ``view_fn`` to a meta tensor laid out like the buffer
-    and read back (size, stride, offset).  Raises Unsupported if the result is not a view."""
-    data = graph.realize(box)
-    layout = data.layout
-    base = data.data if isinstance(data, ReinterpretView) else data
-    meta = torch.empty_strided((layout.storage_extent() or 1,), (1,), dtype=layout.dtype, device="meta")
-    m = meta.as_strided(layout.size, layout.stride, layout.offset)
-    out = view_fn(m)
-    if not out._is_view():
-        raise Unsupported("view op copies for this layout")
-    return TensorBox(ReinterpretView(base, FixedLayout(layout.dtype, layout.device, tuple(out.shape),
-                                                        tuple(out.stride()), out.storage_offset())))

@@ -2,7 +2,7 @@
 
 The compiled-graph cache (codecache.graph_key, docs/cache.md) keys a graph by, among other things,
 the content of every ``.py`` file of the tensorplay package.  That covers every lowering rule of
-op_lowerings.py, but not
+op_lowerings/, but not
 
 * a rule registered from a script, a notebook or a test (``register_lowering("logaddexp")(...)``,
   experiment 3 of the chapter), or an existing rule overridden that way;

@@ -17,9 +17,10 @@ pair, out+a, and b's R*C floats are written and read back.  The script compiles 
 schedule -- groups, which values stay local, the modelled peak of live bytes (§7.5) and the bytes
 written and read back -- and times the two interleaved.
 
-Part 2 -- example 7.2, ``(x.exp().sum(-1), x.exp().amax(-1))``, with ``choices.HORIZONTAL_FUSION``
-on and off, under the default materialisation (``e`` in registers) and under the chapter's CPU
-model (``choices.KEEP_REALIZED_LOCAL = False``: ``e`` written to memory, §6.6).
+Part 2 -- example 7.2, ``(x.exp().sum(-1), x.exp().amax(-1))``, with horizontal fusion (the knob
+``stax.horizontal_fusion``) on and off, under the default materialisation (``e`` in registers) and
+under the chapter's CPU model (``stax.keep_realized_local`` False: ``e`` written to memory, §6.6),
+each set with ``config.patch`` (tensorplay/compiler/config.py).
 
     python examples/fusion_scoring.py [--rows 256 --cols 512 --k 16] [--x-rows 8192 --x-cols 2048] [--repeats 11]
 """
@@ -30,6 +31,7 @@ import argparse
 import torch
 
 import tensorplay as tp
+from tensorplay.compiler import config
 from tensorplay.compiler.backends.stax import choices, compile_graph
 from tensorplay.utils.benchmark import compare, machine_description, paired_ratio
 
@@ -110,11 +112,8 @@ def part2(a):
     fns = {}
     for keep in (True, False):
         for horizontal in (True, False):
-            choices.KEEP_REALIZED_LOCAL, choices.HORIZONTAL_FUSION = keep, horizontal
-            try:
+            with config.patch({"stax.keep_realized_local": keep, "stax.horizontal_fusion": horizontal}):
                 cf = compiled(ex72, x)
-            finally:
-                choices.KEEP_REALIZED_LOCAL, choices.HORIZONTAL_FUSION = True, True
             out = cf(x)
             torch.testing.assert_close(out[0]._data, ref[0], rtol=1e-5, atol=1e-4)
             torch.testing.assert_close(out[1]._data, ref[1])

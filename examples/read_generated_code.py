@@ -8,8 +8,8 @@ its wrapper module (``<key[:2]>/<key>/wrapper.py``, the C++ kernels embedded as 
 last call, ``take``), ``extern`` (an ATen kernel), ``kernel`` (a Stax kernel), ``free`` (``del``
 after the last reader), ``keep`` (``stash`` for the next call), ``reuse``.
 
-Part 2 compiles example 7.2 again with ``choices.KEEP_REALIZED_LOCAL = False`` (the chapter's CPU
-materialisation, §6.6) to put the two wrappers side by side.  Part 3 calls example 7.1 on a square
+Part 2 compiles example 7.2 again under ``config.patch({"stax.keep_realized_local": False})`` (the
+chapter's CPU materialisation, §6.6) to put the two wrappers side by side.  Part 3 calls example 7.1 on a square
 ``x`` and on ``x.t()``: two specializations, two wrappers, with different strides in their checks
 and different index expressions in their kernels.
 
@@ -17,11 +17,10 @@ and different index expressions in their kernels.
 """
 from __future__ import annotations
 
-import os
 import re
 
 import tensorplay as tp
-from tensorplay.compiler.backends.stax import choices
+from tensorplay.compiler import config
 
 
 def ex11(x, w):
@@ -68,7 +67,7 @@ def compile_and_show(name, fn, *args):
 
 
 def main():
-    print(f"TP_CACHE_DIR = {os.environ.get('TP_CACHE_DIR', '(unset: the per-user default)')}\n")
+    print(f"TP_CACHE_DIR = {config.get('stax.cache_dir') or '(unset: the per-user default)'}\n")
     x, w = tp.randn(64, 128), tp.randn(64, 128)
     print("part 1: allocations, kernel calls and frees")
     compile_and_show("example 1.1", ex11, x, w)
@@ -76,12 +75,9 @@ def main():
     compile_and_show("example 7.2", ex72, x)
     compile_and_show("two matmuls (a function of our own)", mine, tp.randn(128, 64), tp.randn(64, 64))
 
-    print("\npart 2: example 7.2 with the chapter's CPU materialisation (KEEP_REALIZED_LOCAL = False)")
-    choices.KEEP_REALIZED_LOCAL = False
-    try:
+    print("\npart 2: example 7.2 with the chapter's CPU materialisation (stax.keep_realized_local = False)")
+    with config.patch({"stax.keep_realized_local": False}):
         compile_and_show("example 7.2, e in memory", ex72, x)
-    finally:
-        choices.KEEP_REALIZED_LOCAL = True
 
     print("\npart 3: one square x, called as x and as x.t()")
     sq = tp.randn(256, 256)

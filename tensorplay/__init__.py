@@ -14,7 +14,8 @@ from .autograd import enable_grad, inference_mode, is_grad_enabled, no_grad, set
 from . import ops
 from . import func, testing
 from . import compiler
-from .compiler import compile
+from .compiler import compile, config
+config.watch("log.ops", ops.registry.log_ops)   # TP_LOG_OPS=1 / config.patch: the eager op log
 from .ops import *  # noqa: F401,F403  (free functions generated from the op table)
 
 # dtypes and devices are ATen's (our kernels are ATen's); re-exported under tp.

@@ -1,7 +1,8 @@
 """The docs say only what is true, checked where a machine can check it:
 
-* every ``TP_*`` environment variable the package reads is in the README's table of switches (the
-  one list of them), and every variable of that table is read somewhere;
+* every environment variable declared in tensorplay/compiler/config.py (the one module that reads
+  them) is in the README's table of switches (the one list of them), and every variable of that
+  table is declared there;
 * README and docs/ link only inside the repository (the chapter is cited by name and section; the
   one address allowed is the PyTorch CPU wheel index of the set-up instructions), and every relative
   link of docs/ and the README points to a file that exists;
@@ -12,7 +13,6 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 PAGES = [REPO / "README.md", *sorted((REPO / "docs").rglob("*.md"))]
-ENV_READ = re.compile(r"""["'](TP_[A-Z0-9_]+)["']""")
 ALLOWED_URLS = ("https://download.pytorch.org/whl/cpu",)
 
 
@@ -22,17 +22,11 @@ def _readme_table():
     return set(re.findall(r"`(TP_[A-Z0-9_]+)", table))
 
 
-def _package_env_vars():
-    found = set()
-    for py in (REPO / "tensorplay").rglob("*.py"):
-        found |= set(ENV_READ.findall(py.read_text()))
-    return found
-
-
 def test_every_env_var_is_documented_once():
-    read, table = _package_env_vars(), _readme_table()
-    assert read - table == set(), f"read by tensorplay/ but not in the README's table: {sorted(read - table)}"
-    assert table - read == set(), f"in the README's table but read nowhere: {sorted(table - read)}"
+    from tensorplay.compiler import config
+    read, table = set(config.env_vars()), _readme_table()
+    assert read - table == set(), f"declared in config.py but not in the README's table: {sorted(read - table)}"
+    assert table - read == set(), f"in the README's table but declared nowhere: {sorted(table - read)}"
 
 
 def test_links_stay_inside_the_repository():

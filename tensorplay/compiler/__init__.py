@@ -1,6 +1,7 @@
 """Stax: TensorPlay's compiler (``tp.compile``), following fig. 11.1 of the chapter.
 
 Read in pipeline order:
+  config.py               every knob declared once: config.get / config.patch / config.digest
   api.py                  tp.compile, first-level entry, specialization cache, staged Lowered/Compiled
   capture/proxy.py        proxies with sample values; data gates
   capture/tracer.py       capture: running the function on proxies records the graph
@@ -12,6 +13,7 @@ Read in pipeline order:
   backends/               registry; eager (op by op); stax (fused C++ kernels)
   cost.py                 FLOPs and model bytes
 """
+from . import config
 from .api import (BackendCompilerError, Compiled, CompiledFunction, GuardError, Lowered, RecompileLimitError,
                   compile, explain, list_mode_options, reset)
 from .backends.registry import list_backends, lookup_backend, register_backend
@@ -19,6 +21,6 @@ from .backends import eager as _eager, stax as _stax  # noqa: F401  (register "e
 from .backends.debugging import locate_error
 from .capture.proxy import CaptureError
 
-__all__ = ["compile", "explain", "locate_error", "reset", "list_backends", "register_backend", "lookup_backend", "list_mode_options",
-           "CaptureError", "GuardError", "RecompileLimitError", "BackendCompilerError", "CompiledFunction", "Lowered",
+__all__ = ["config", "compile", "explain", "locate_error", "reset", "list_backends", "register_backend",
+           "lookup_backend", "list_mode_options", "CaptureError", "GuardError", "RecompileLimitError", "BackendCompilerError", "CompiledFunction", "Lowered",
            "Compiled"]

@@ -35,7 +35,6 @@ Staged: ``cf.lower(*args)`` -> :class:`Lowered` (graph after passes, guards in w
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import warnings
 import weakref
@@ -44,6 +43,7 @@ import torch
 
 from .._tensor import Tensor, _wrap
 from ..autograd import grad_mode
+from . import config
 from .backends.registry import lookup_backend
 from .capture.gates import extract_replay
 from .capture.proxy import CaptureError, _internal
@@ -54,7 +54,7 @@ from .specialize.guards import build_guard
 from .specialize.key import AliasEntry, input_names_for, specialization_key
 
 __all__ = ["compile", "CompiledFunction", "Lowered", "Compiled", "GuardError", "RecompileLimitError",
-           "BackendCompilerError", "MODES", "OPTIONS", "resolve_options", "list_mode_options", "reset", "explain"]
+           "BackendCompilerError", "MODES", "resolve_options", "list_mode_options", "reset", "explain"]
 
 
 class GuardError(RuntimeError):
@@ -69,72 +69,40 @@ class BackendCompilerError(RuntimeError):
     pass
 
 
-# ---- modes and options (table 11.1) -----------------------------------------------------------------
-#: option -> (type, default, description)
-OPTIONS = {
-    "stax.cudagraphs": (bool, False, "replay the kernels of a call as one CUDA graph (GPU)"),
-    "stax.max_autotune": (bool, False, "benchmark launch configurations / templates and keep the best"),
-    "stax.coordinate_descent_tuning": (bool, False, "refine launch configurations by coordinate descent"),
-    "stax.cpp_wrapper": (bool, False, "one C++ translation unit and one foreign call per graph (CPU)"),
-    "capture.execute": (bool, True, "capture with sample values (True) or purely symbolically (False)"),
-    "passes.enabled": (bool, True, "run the front-end graph passes"),
-    "aot.partitioner": (str, "min_cut", "training regions: 'min_cut' (rematerialise cheap pointwise values) or "
-                                        "'default' (save what the backward reads); docs/aot.md"),
-    "debug.gates_after_dce": (bool, False, "exercise 4 ONLY: extract gate replays after DCE — wrong on purpose"),
-    "compile.error_on_recompile_limit": (bool, False, "at recompile_limit raise RecompileLimitError instead of warning "
-                                                      "once and running the calls that miss eagerly"),
-}
-#: options that nothing reads yet (no CUDA graphs, no autotuning on CPU): accepted, so that code
-#: written for GPUs runs, with a UserWarning once per process and option when set (``_warn_no_effect``)
+# ---- modes and options (table 11.1): declared in config.py ------------------------------------------
+MODES = config.MODES
+#: options that nothing reads yet on this device (no CUDA graphs, no autotuning on CPU): accepted, so
+#: that code written for GPUs runs, with a UserWarning once per process and option when set
+#: (``_warn_no_effect``, the device check that reads them until a GPU backend does)
 NO_EFFECT_YET = ("stax.cudagraphs", "stax.max_autotune", "stax.coordinate_descent_tuning")
 _WARNED_NO_EFFECT: set = set()
-MODES = {
-    "default": {},
-    "reduce-overhead": {"stax.cudagraphs": True},
-    "max-autotune-no-cudagraphs": {"stax.max_autotune": True, "stax.coordinate_descent_tuning": True},
-    "max-autotune": {"stax.cudagraphs": True, "stax.max_autotune": True, "stax.coordinate_descent_tuning": True},
-}
 
 
 def resolve_options(mode=None, options=None) -> dict:
-    """The mode's preset first, then ``options`` key by key (table 11.1)."""
-    if mode is not None and mode not in MODES:
-        raise ValueError(f"tp.compile: unknown mode {mode!r}; modes: {sorted(MODES)}")
-    out = {k: v[1] for k, v in OPTIONS.items()}
-    out.update(MODES[mode or "default"])
-    for k, v in (options or {}).items():
-        if k not in OPTIONS:
-            import difflib
-            near = difflib.get_close_matches(k, OPTIONS, n=1)
-            raise ValueError(f"tp.compile: unknown option {k!r}" + (f" (did you mean {near[0]!r}?)" if near else "")
-                             + f"; options: {sorted(OPTIONS)}")
-        typ = OPTIONS[k][0]
-        if not isinstance(v, typ):
-            raise TypeError(f"tp.compile: option {k!r} expects {typ.__name__}, got {type(v).__name__} {v!r}")
-        out[k] = v
-    return out
+    """The mode's preset first, then ``options`` key by key (table 11.1; config.resolve_options)."""
+    return config.resolve_options(mode, options)
 
 
 def _warn_no_effect(mode, options, resolved):
     """One UserWarning naming the set options of :data:`NO_EFFECT_YET` not warned about before in
     this process (each option is named once per process)."""
-    new = [k for k in NO_EFFECT_YET if resolved[k] != OPTIONS[k][1] and k not in _WARNED_NO_EFFECT]
+    new = [k for k in NO_EFFECT_YET if resolved[k] != config.knob(k).default and k not in _WARNED_NO_EFFECT]
     if not new:
         return
     _WARNED_NO_EFFECT.update(new)
-    what = "; ".join(f"{k}={resolved[k]!r} (set by {f'options[{k!r}]' if k in (options or {}) else f'mode={mode!r}'}: "
-                     f"{OPTIONS[k][2]})" for k in new)
+
+    def source(k):
+        if k in (options or {}):
+            return f"options[{k!r}]"
+        return f"mode={mode!r}" if k in MODES[mode or "default"] else "config.patch"
+    what = "; ".join(f"{k}={resolved[k]!r} (set by {source(k)}: {config.knob(k).help})" for k in new)
     _warn_user(f"tp.compile: no effect on CPU yet: {what}; the compiled code is what mode='default' gives "
                f"(said once per process and option)", UserWarning)
 
 
 def list_mode_options(mode=None) -> dict:
-    """The options a mode sets (all options with their defaults when mode is None)."""
-    if mode is None:
-        return {k: v[1] for k, v in OPTIONS.items()}
-    if mode not in MODES:
-        raise ValueError(f"unknown mode {mode!r}; modes: {sorted(MODES)}")
-    return dict(MODES[mode])
+    """The options a mode sets (all options with their values now when mode is None)."""
+    return config.mode_options(mode)
 
 
 _ALL = weakref.WeakSet()
@@ -158,7 +126,7 @@ def _warn_user(msg, category=RuntimeWarning):
 
 
 def _log_recompiles() -> bool:
-    return os.environ.get("TP_LOG_RECOMPILES", "") not in ("", "0")
+    return config.get("log.recompiles")
 
 
 # ---- one cached specialization ----------------------------------------------------------------------

@@ -40,7 +40,6 @@ Guarantees of :func:`call` (the eager path, one per op call):
 from __future__ import annotations
 
 import collections
-import os
 from dataclasses import dataclass, field
 from typing import Callable
 
@@ -147,8 +146,14 @@ def _log_op(op, args, outs):
     print(f"[tp op] {op.name}({describe_args(op, args)}) -> {shapes}", file=sys.stderr)
 
 
-if os.environ.get("TP_LOG_OPS", "") not in ("", "0"):
-    observers.append(_log_op)  # TP_LOG_OPS=1: print every eager op call (debugging aid)
+def log_ops(on: bool) -> None:
+    """Print every eager op call (``log.ops``, TP_LOG_OPS=1: a debugging aid) or stop.  The
+    configuration calls it (tensorplay/__init__.py: ``config.watch``), at import and whenever a
+    ``config.patch`` of ``log.ops`` begins or ends."""
+    if on and _log_op not in observers:
+        observers.append(_log_op)
+    elif not on and _log_op in observers:
+        observers.remove(_log_op)
 
 
 def get(name: str) -> OpDef:

@@ -554,10 +554,9 @@ def test_stax_small_attention_saves_probabilities(monkeypatch):
     assert "softmax" not in bw_ops and bw_ops.count("matmul") == 4   # dV, dP, dQ, dK only
 
 
-def test_stax_large_attention_keeps_the_fused_op(monkeypatch):
-    from tensorplay.compiler.backends.stax import choices
+def test_stax_large_attention_keeps_the_fused_op(monkeypatch, config_patch):
     monkeypatch.setenv("TP_GRAPH_CACHE", "0")
-    monkeypatch.setattr(choices, "SDPA_DECOMPOSE_MAX_SCORES", 2 * 3 * 8 * 8 - 1)
+    config_patch("stax.sdpa_decompose_max_scores", 2 * 3 * 8 * 8 - 1)
     ins = _qkv(1)
     cf = tp.compile(_attn_loss, strict_native=True)
     cf(*ins).backward()

@@ -229,7 +229,7 @@ def test_warm_cache_new_process_runs_no_compiler(tmp_path):
     assert not log.exists() or log.read_text() == "", log.read_text()
 
 
-def test_graph_cache_key_and_knobs(monkeypatch):
+def test_graph_cache_key_and_knobs(monkeypatch, config_patch):
     from tensorplay.compiler.backends.stax import choices
     cap = tp.compile(lambda x: x * 2 + 1).lower(T(4, 5))
     gm, ex = cap.graph_module, cap.example_inputs
@@ -239,7 +239,7 @@ def test_graph_cache_key_and_knobs(monkeypatch):
     assert k != codecache.graph_key(gm, ex, cpp_wrapper=True)
     codecache.save_graph(k, {"source": "# test"})
     assert codecache.load_graph(k)["source"] == "# test"
-    monkeypatch.setattr(choices, "MAX_INLINE_OPS", choices.MAX_INLINE_OPS + 1)   # a patched knob: a miss
+    config_patch("stax.max_inline_ops", choices.MAX_INLINE_OPS + 1)   # a patched knob: a miss
     assert codecache.load_graph(k) is None
     monkeypatch.setenv("TP_GRAPH_CACHE", "0")
     assert codecache.graph_key(gm, ex) is None

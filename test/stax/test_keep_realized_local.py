@@ -1,4 +1,5 @@
-"""choices.KEEP_REALIZED_LOCAL and HORIZONTAL_FUSION on example 7.2 (docs/chapter.md).
+"""The knobs stax.keep_realized_local and stax.horizontal_fusion (choices.KEEP_REALIZED_LOCAL and
+HORIZONTAL_FUSION) on example 7.2 (docs/chapter.md).
 
 Example 7.2 is ``e = x.exp(); (e.sum(-1), e.amax(-1))``.  By default Stax keeps ``e`` in a register:
 one kernel computes exp once per element and feeds both accumulators.  With
@@ -10,7 +11,6 @@ import pytest
 import torch
 
 import tensorplay as tp
-from tensorplay.compiler.backends.stax import choices
 
 pytestmark = pytest.mark.usefixtures("stax_cache")
 
@@ -41,8 +41,8 @@ def _check72(out, x):
 
 
 @pytest.mark.parametrize("horizontal", [True, False])
-def test_default_keeps_exp_in_registers(monkeypatch, horizontal):
-    monkeypatch.setattr(choices, "HORIZONTAL_FUSION", horizontal)
+def test_default_keeps_exp_in_registers(config_patch, horizontal):
+    config_patch("stax.horizontal_fusion", horizontal)
     x = tp.from_torch(torch.randn(64, 128))
     out, kernels, materialized, inter = _compiled(ex72, x)
     _check72(out, x)
@@ -50,38 +50,38 @@ def test_default_keeps_exp_in_registers(monkeypatch, horizontal):
     assert kernels == 1 and inter == 0 and len(materialized) == 2   # just the two row results
 
 
-def test_chapter_model_writes_exp_to_memory(monkeypatch):
-    monkeypatch.setattr(choices, "KEEP_REALIZED_LOCAL", False)
+def test_chapter_model_writes_exp_to_memory(config_patch):
+    config_patch("stax.keep_realized_local", False)
     x = tp.from_torch(torch.randn(64, 128))
     out, kernels, materialized, inter = _compiled(ex72, x)
     _check72(out, x)
     assert kernels == 2 and len(materialized) == 3
     assert inter == 2 * x.numel() * 4                  # e written once and read once: 3N with x
-    monkeypatch.setattr(choices, "HORIZONTAL_FUSION", False)
+    config_patch("stax.horizontal_fusion", False)
     out, kernels, materialized, inter = _compiled(ex72, x)
     _check72(out, x)
     assert kernels == 3                                # exp, sum, amax: e is read twice
 
 
-def test_chapter_model_leaves_softmax_alone(monkeypatch):
+def test_chapter_model_leaves_softmax_alone(config_patch):
     """The rule applies to values whose readers are all reductions: the five-op softmax's e is also
     read by the division, and stays local (one kernel, as in the chapter's table 13.1)."""
     x = tp.from_torch(torch.randn(32, 100))
     ref = torch.softmax(x._data, -1)
     for keep in (True, False):
-        monkeypatch.setattr(choices, "KEEP_REALIZED_LOCAL", keep)
+        config_patch("stax.keep_realized_local", keep)
         out, kernels, _, inter = _compiled(five_op_softmax, x)
         torch.testing.assert_close(out._data, ref)
         assert kernels == 1 and inter == 0
 
 
-def test_horizontal_switch_matters_without_a_shared_producer(monkeypatch):
+def test_horizontal_switch_matters_without_a_shared_producer(config_patch):
     """x.sum(-1) and x.amax(-1) share only their input: horizontal fusion is the only way to read x
     once, and switching it off gives two kernels."""
     x = tp.from_torch(torch.randn(64, 128))
     f = lambda x: (x.sum(-1), x.amax(-1))      # noqa: E731
     for horizontal, want in ((True, 1), (False, 2)):
-        monkeypatch.setattr(choices, "HORIZONTAL_FUSION", horizontal)
+        config_patch("stax.horizontal_fusion", horizontal)
         out, kernels, _, _ = _compiled(f, x)
         torch.testing.assert_close(out[0]._data, x._data.sum(-1))
         torch.testing.assert_close(out[1]._data, x._data.amax(-1))

@@ -20,6 +20,7 @@ import pytest
 import torch
 
 import tensorplay as tp
+from tensorplay.compiler import config
 from tensorplay.compiler.backends.stax import choices
 from test_stax_ops import run_native
 
@@ -33,42 +34,38 @@ def rnd(*shape, seed=0, dtype=torch.float32):
 
 
 @pytest.fixture
-def all_from_memory(monkeypatch):
+def all_from_memory(config_patch):
     """Every buffer counts as read from memory; split loads off (the block prefetch path)."""
-    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
-    monkeypatch.setattr(choices, "SPLIT_LOADS", False)
+    config_patch("stax.cpp.stream_min_bytes", 1)
+    config_patch("stax.cpp.split_loads", False)
 
 
 @pytest.fixture
-def split_from_memory(monkeypatch):
-    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
-    monkeypatch.setattr(choices, "SPLIT_LOADS", True)
+def split_from_memory(config_patch):
+    config_patch("stax.cpp.stream_min_bytes", 1)
+    config_patch("stax.cpp.split_loads", True)
 
 
 def _without_split(f, *args):
-    return _compiled_without("SPLIT_LOADS", False, "load_split", f, *args)
+    return _compiled_without("stax.cpp.split_loads", False, "load_split", f, *args)
 
 
 def _src(cf):
     return cf._cache[0].artifact.source
 
 
-def _compiled_without(choice, off, absent, f, *args):
-    """``f(*args)`` compiled with ``choices.<choice> = off``; its source has no ``absent``."""
-    old = getattr(choices, choice)
-    setattr(choices, choice, off)
-    try:
+def _compiled_without(knob, off, absent, f, *args):
+    """``f(*args)`` compiled with the knob ``knob`` = ``off``; its source has no ``absent``."""
+    with config.patch({knob: off}):
         cf = tp.compile(f, strict_native=True)
         cf(*args)
         out = cf(*args)
         assert absent not in _src(cf)
         return out
-    finally:
-        setattr(choices, choice, old)
 
 
 def _without_prefetch(f, *args):
-    return _compiled_without("PREFETCH_BYTES", 0, "prefetch_block", f, *args)
+    return _compiled_without("stax.cpp.prefetch_bytes", 0, "prefetch_block", f, *args)
 
 
 def _same(a, b):
@@ -103,7 +100,7 @@ def test_cheap_row_reductions_prefetch_their_stream(all_from_memory, case):
 
 @pytest.mark.parametrize("case", ["three streams", "exp in the loop", "store beside the read", "welford",
                                   "small input"])
-def test_other_loops_do_not_prefetch(all_from_memory, monkeypatch, case):
+def test_other_loops_do_not_prefetch(all_from_memory, config_patch, case):
     x, y = rnd(24, 3000), rnd(24, 3000, seed=1)
     fns = {"three streams": (lambda x, y: (x * y * x.flip(0)).sum(-1), (x, y), 3000),
            "exp in the loop": (lambda x: x.exp().sum(-1), (x,), 3000),
@@ -112,7 +109,7 @@ def test_other_loops_do_not_prefetch(all_from_memory, monkeypatch, case):
            "small input": (lambda x: x.sum(-1), (x,), 3000)}
     f, a, n_red = fns[case]
     if case == "small input":
-        monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", x.torch().nbytes + 1)
+        config_patch("stax.cpp.stream_min_bytes", x.torch().nbytes + 1)
     scale = float(sum(t.torch().abs().double().exp().sum() for t in a))
     out, cf = run_native(f, *a, n_red=n_red, scale=scale)
     assert "prefetch_block" not in _src(cf)
@@ -153,7 +150,7 @@ def test_prefetch_of_a_flat_parallel_reduction_and_size_zero(all_from_memory):
     assert tuple(out.shape) == (0,)
 
 
-def test_parallel_loops_over_memory_are_guided_unless_stored_plainly(monkeypatch):
+def test_parallel_loops_over_memory_are_guided_unless_stored_plainly(config_patch):
     """choices.omp_schedule: static by default (no clause); with ``TP_STAX_OMP_SCHEDULE="guided,
     16"``, parallel loops of a kernel with buffers from memory get ``schedule(guided, 16)`` (a slow
     thread takes less work), while a kernel that writes such a buffer with plain stores, and one
@@ -161,11 +158,11 @@ def test_parallel_loops_over_memory_are_guided_unless_stored_plainly(monkeypatch
     computes a row: results are bit for bit the same."""
     import tensorplay.nn.functional as F
     x = rnd(64, 1024)
-    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
+    config_patch("stax.cpp.stream_min_bytes", 1)
     cf = tp.compile(lambda x: x.sum(-1), strict_native=True)
     cf(x)
     assert "schedule(" not in _src(cf) and "#pragma omp parallel for" in _src(cf)   # the default
-    monkeypatch.setattr(choices, "OMP_SCHEDULE", "guided, 16")
+    config_patch("stax.cpp.omp_schedule", "guided, 16")
 
     def compiled(f, *args):
         cf = tp.compile(f, strict_native=True)
@@ -174,17 +171,17 @@ def test_parallel_loops_over_memory_are_guided_unless_stored_plainly(monkeypatch
     plain = lambda x: F.softmax(x, -1)         # noqa: E731  rows of 1001: off the 32-byte piece grid, no streaming
     for f, a, guided in ((lambda x: x.sum(-1), x, True), (lambda x: x + 1, x, True),
                          (lambda x: x / x.sum(-1, keepdim=True), x, True), (plain, rnd(64, 1001), False)):
-        monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)       # every buffer "from memory"
+        config_patch("stax.cpp.stream_min_bytes", 1)       # every buffer "from memory"
         out, src = compiled(f, a)
         pragmas = re.findall(r"#pragma omp (?:parallel )?for[^\n]*", src)
         assert pragmas and all(("schedule(guided, 16)" in p) == guided for p in pragmas), (pragmas, guided)
-        monkeypatch.setattr(choices, "OMP_SCHEDULE", "static")
+        config_patch("stax.cpp.omp_schedule", "static")
         static, src2 = compiled(f, a)
         assert "schedule(" not in src2
         _same(out, static)
-        monkeypatch.setattr(choices, "OMP_SCHEDULE", "guided, 16")
+        config_patch("stax.cpp.omp_schedule", "guided, 16")
     # buffers that fit in the last-level cache: static (small kernels between ATen calls)
-    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1 << 62)
+    config_patch("stax.cpp.stream_min_bytes", 1 << 62)
     out, src = compiled(lambda x: x.sum(-1), x)
     assert "#pragma omp parallel for\n" in src and "schedule(" not in src
 

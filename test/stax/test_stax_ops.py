@@ -239,9 +239,8 @@ def test_five_op_softmax_keeps_row_in_scratch():
     assert len(_kernels(cf)) == 1 and "scratch_" in src
 
 
-def test_horizontal_fusion_can_be_disabled(monkeypatch):
-    from tensorplay.compiler.backends.stax import choices
-    monkeypatch.setattr(choices, "HORIZONTAL_FUSION", False)
+def test_horizontal_fusion_can_be_disabled(config_patch):
+    config_patch("stax.horizontal_fusion", False)
     x = rnd(8, 40)
     out, cf = run_native(lambda x: (x.sum(-1), x.amax(-1)), x, n_red=40, scale=float(x.abs().sum(-1).max()))
     assert len(_kernels(cf)) == 2
@@ -854,11 +853,11 @@ def test_max_min_dim_values_and_indices_aminmax_matrix():
 
 
 def test_max_dim_one_kernel_one_accumulator_aminmax_fused():
-    from tensorplay.compiler.backends.stax.codegen import cpp
+    from tensorplay.compiler import config
     out, cf = run_native(lambda a: (*tp.max(a, -1), *tp.aminmax(a, dim=-1)), rnd(16, 100))
     src = cf._cache[0].artifact.source
     assert len(_kernels(cf)) == 1                                   # one pass over a for all four
-    assert src.count("tp::ArgAcc<float> acc_") == cpp.UNROLL        # values and indices: one accumulator
+    assert src.count("tp::ArgAcc<float> acc_") == config.get("stax.cpp.unroll")   # values and indices: one accumulator
 
 
 def _big_mean(*shape, seed=0):

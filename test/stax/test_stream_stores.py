@@ -16,6 +16,7 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
+from tensorplay.compiler import config
 from tensorplay.compiler.backends.stax import choices
 from test_stax_ops import check_error_model, run_native
 
@@ -34,21 +35,17 @@ def _src(cf):
 
 def _plain(f, *args):
     """The result compiled with plain stores (threshold out of reach)."""
-    old = choices.STREAM_STORE_MIN_BYTES
-    choices.STREAM_STORE_MIN_BYTES = 1 << 62
-    try:
+    with config.patch({"stax.cpp.stream_min_bytes": 1 << 62}):
         cf = tp.compile(f, strict_native=True)
         cf(*args)           # the first call captures (and runs eagerly)
         out = cf(*args)     # the second runs the artifact
         assert "store_stream" not in _src(cf)
         return out
-    finally:
-        choices.STREAM_STORE_MIN_BYTES = old
 
 
 @pytest.fixture
-def stream_all(monkeypatch):
-    monkeypatch.setattr(choices, "STREAM_STORE_MIN_BYTES", 1)
+def stream_all(config_patch):
+    config_patch("stax.cpp.stream_min_bytes", 1)
 
 
 def _check(f, *args, n_red=1, parallel=True, scale=None):
@@ -103,9 +100,9 @@ def test_rows_of_whole_pieces_stream_their_tails(stream_all, dtype):
     assert not re.search(r"\.storen\(buf", src), src
 
 
-def test_piece_rule_of_64_bytes_keeps_mid_line_rows_plain(stream_all, monkeypatch):
+def test_piece_rule_of_64_bytes_keeps_mid_line_rows_plain(stream_all, config_patch):
     """TP_STAX_STREAM_PIECE_BYTES=64 (the old rule): rows that start mid-line keep plain stores."""
-    monkeypatch.setattr(choices, "STREAM_PIECE_BYTES", 64)
+    config_patch("stax.cpp.stream_piece_bytes", 64)
     _, cf = run_native(lambda x: F.softmax(x, -1), rnd(64, 1000), n_red=1000)
     assert "store_stream" not in _src(cf)
 

@@ -285,7 +285,7 @@ def min_cut_partition(joint, *, max_recompute_fanout=MAX_RECOMPUTE_FANOUT) -> Pa
     return _build(a, saved, "min_cut")
 
 
-#: name -> partitioner; ``tp.compile`` uses ``OPTIONS["aot.partitioner"]`` (default "min_cut")
+#: name -> partitioner; ``tp.compile`` uses the option ``aot.partitioner`` (compiler/config.py; default "min_cut")
 PARTITIONERS = {"default": default_partition, "min_cut": min_cut_partition}
 
 

@@ -10,8 +10,8 @@
 3. ``regions`` (elementwise-region marks for the backend);
 
 with ``gm.graph.lint()`` after every pass and ``gm.recompile()`` at the end.  ``TP_DEBUG_GRAPH=1``
-prints the graph (each node with its opcode, target and type) to stderr on entry and after every
-pass that changed it, under a header naming the pass.
+(the knob ``debug.graph``) prints the graph (each node with its opcode, target and type) to stderr
+on entry and after every pass that changed it, under a header naming the pass.
 
 **Termination (Prop. 4.1).**  Each pass in the loop reports a change only if it strictly decreased
 its own measure, and none increases the measures of the passes before it, so every round that
@@ -42,9 +42,9 @@ measure, exercise 6): exceeding it raises a RuntimeError naming the passes still
 """
 from __future__ import annotations
 
-import os
 import sys
 
+from .. import config
 from .canonicalize import canonicalize
 from .constant_fold import constant_fold
 from .cse import cse
@@ -63,7 +63,7 @@ PASSES = {"canonicalize": canonicalize, "simplify": simplify, "constant_fold": c
 
 
 def _debug() -> bool:
-    return os.environ.get("TP_DEBUG_GRAPH", "") not in ("", "0")
+    return config.get("debug.graph")
 
 
 def _show(gm, header):

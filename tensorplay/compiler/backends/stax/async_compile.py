@@ -16,10 +16,11 @@ whose makespan T obeys max(sum c_i / P, max c_i) <= T <= sum c_i / P + max c_i (
 Threads suffice for C++: a worker spends its time waiting for the g++ subprocess, without the GIL.
 (Triton compilation runs largely in Python and would need a process pool.)
 
-Environment: ``TP_COMPILE_THREADS`` = pool size (default ``os.cpu_count()``); ``0`` compiles
-synchronously inside ``cpp`` (errors are then raised there, which is convenient for debugging).
-``TP_COMPILE_PROGRESS``: a ``wait`` still waiting after :data:`PROGRESS_DELAY_S` seconds shows a
-tqdm bar of kernels compiled / total on stderr -- by default (``auto``) only when stderr is a
+Configuration (tensorplay/compiler/config.py): ``stax.compile_threads`` (``TP_COMPILE_THREADS``)
+= pool size (default ``os.cpu_count()``); ``0`` compiles synchronously inside ``cpp`` (errors are
+then raised there, which is convenient for debugging).  ``stax.compile_progress``
+(``TP_COMPILE_PROGRESS``): a ``wait`` still waiting after ``stax.compile_progress_delay_s`` seconds
+shows a tqdm bar of kernels compiled / total on stderr -- by default (``auto``) only when stderr is a
 terminal; ``1`` shows it in non-interactive runs too, ``0`` never.
 Cache hits never reach the pool: a kernel already loaded in this process resolves immediately, and
 one on disk costs a checksum and a ``dlopen`` in a worker.
@@ -35,6 +36,7 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
+from ... import config
 from . import codecache
 from .codecache import CppCompileError
 
@@ -42,28 +44,20 @@ __all__ = ["AsyncCompile", "CppKernelFuture", "compile_threads", "shutdown_pool"
 
 
 def compile_threads() -> int:
-    """Pool size: ``$TP_COMPILE_THREADS`` if set (0 = synchronous), else ``os.cpu_count()``."""
-    env = os.environ.get("TP_COMPILE_THREADS", "").strip()
-    if env:
-        try:
-            n = int(env)
-        except ValueError:
-            raise ValueError(f"TP_COMPILE_THREADS={env!r} is not an integer") from None
+    """Pool size: ``stax.compile_threads`` (``$TP_COMPILE_THREADS``) if set (0 = synchronous), else
+    ``os.cpu_count()``."""
+    n = config.get("stax.compile_threads")
+    if n is not None:
         if n < 0:
-            raise ValueError(f"TP_COMPILE_THREADS={n} must be >= 0")
+            raise ValueError(f"TP_COMPILE_THREADS={n} (stax.compile_threads) must be >= 0")
         return n
     return os.cpu_count() or 1
 
 
-#: seconds a ``wait`` runs before its progress bar appears (short compiles stay silent)
-PROGRESS_DELAY_S = 2.0
-
-
 def show_progress() -> bool:
-    """``$TP_COMPILE_PROGRESS``: ``1`` always, ``0`` never, ``auto`` (default) when stderr is a terminal."""
-    env = os.environ.get("TP_COMPILE_PROGRESS", "auto").strip().lower()
-    if env not in ("auto", "0", "1"):
-        raise ValueError(f"TP_COMPILE_PROGRESS={env!r}: expected 'auto', '0' or '1'")
+    """``stax.compile_progress`` (``$TP_COMPILE_PROGRESS``): ``1`` always, ``0`` never, ``auto``
+    (default) when stderr is a terminal."""
+    env = config.get("stax.compile_progress")
     if env == "auto":
         return bool(getattr(sys.stderr, "isatty", lambda: False)())
     return env == "1"
@@ -71,7 +65,8 @@ def show_progress() -> bool:
 
 def _progress(futures, desc: str):
     """Iterate over ``futures`` as they finish, behind a tqdm bar that appears only after
-    :data:`PROGRESS_DELAY_S` seconds (nothing when progress is off or tqdm is not installed)."""
+    ``stax.compile_progress_delay_s`` seconds (short compiles stay silent; nothing when progress is
+    off or tqdm is not installed)."""
     if not show_progress() or all(f.done() for f in futures):
         return iter(futures)
     try:
@@ -79,7 +74,7 @@ def _progress(futures, desc: str):
     except ImportError:
         return iter(futures)
     return tqdm(as_completed(futures), total=len(futures), desc=desc, unit="kernel",
-                delay=PROGRESS_DELAY_S, leave=False, file=sys.stderr)
+                delay=config.get("stax.compile_progress_delay_s"), leave=False, file=sys.stderr)
 
 
 _pool: ThreadPoolExecutor | None = None

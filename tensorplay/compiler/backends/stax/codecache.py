@@ -34,10 +34,12 @@ persisted in ``probes/``, keyed by the compiler executable's path and ``stat`` (
 compiles a graph it compiled before skips Stax's whole Python pipeline (lowering, scheduling, code
 generation -- and the import of sympy they need).  The key hashes the graph's code, the layouts of
 the example inputs, the values of the graph's tensor constants, the wrapper option, torch's
-version and thread count, the ``TP_*`` environment, the content of every ``.py`` file of the
-tensorplay package (so any change of the compiler is a new key) and the user code the process added
-to Stax (lowerings registered or overridden from a script, Stax functions replaced by a script:
-usercode.py); ``TP_GRAPH_CACHE=0`` turns it off.
+version and thread count, the configuration (``config.digest()``: the keyed knobs), the content of
+every ``.py`` file of the tensorplay package (so any change of the compiler is a new key) and the
+user code the process added to Stax (lowerings registered or overridden from a script, Stax
+functions replaced by a script: usercode.py); ``TP_GRAPH_CACHE=0`` turns it off.
+
+Knobs (``TP_CXX``, ``TP_CACHE_DIR``, ...) are read through :mod:`tensorplay.compiler.config`.
 
 Every compiler run goes through :func:`_run_compiler`, which counts it in ``stats["compiler_runs"]``
 and, when ``$TP_COMPILE_LOG`` names a file, appends the command there as one line (tests and
@@ -62,6 +64,17 @@ import time
 import warnings
 from contextlib import contextmanager
 from pathlib import Path
+
+try:
+    from ... import config
+except ImportError:     # this file loaded alone, by its path (the code cache's tests): the config module
+    def _config_beside():   # of the package it lies in, loaded by its path too (it needs only the stdlib)
+        path = next(p / "config.py" for p in Path(__file__).resolve().parents if p.name == "compiler")
+        spec = importlib.util.spec_from_file_location("_tp_codecache_config", path)
+        mod = sys.modules[spec.name] = importlib.util.module_from_spec(spec)   # (dataclasses look it up)
+        spec.loader.exec_module(mod)
+        return mod
+    config = _config_beside()
 
 __all__ = [
     "cache_dir", "cpu_isa", "isa_flags", "compiler_version", "cpp_compile_command", "cpp_key",
@@ -104,8 +117,8 @@ def _count(name: str) -> None:
 
 
 def compile_log_path() -> Path | None:
-    """``$TP_COMPILE_LOG`` (a file every compiler run is appended to), or None."""
-    env = os.environ.get("TP_COMPILE_LOG")
+    """``stax.compile_log`` (``$TP_COMPILE_LOG``: a file every compiler run is appended to), or None."""
+    env = config.get("stax.compile_log")
     return Path(env) if env else None
 
 
@@ -168,11 +181,12 @@ class CppCompileError(RuntimeError):
 # --------------------------------------------------------------------------------------------
 
 def cache_dir() -> Path:
-    """``$TP_CACHE_DIR`` if set, else ``$XDG_CACHE_HOME/tensorplay`` or ``~/.cache/tensorplay``.
+    """``stax.cache_dir`` (``$TP_CACHE_DIR``) if set, else ``$XDG_CACHE_HOME/tensorplay`` or
+    ``~/.cache/tensorplay``.
 
     Read at every call (tests and users may change the variable); created on demand.
     """
-    env = os.environ.get("TP_CACHE_DIR")
+    env = config.get("stax.cache_dir")
     if env:
         d = Path(env).expanduser()
     else:
@@ -274,12 +288,12 @@ def _thread_lock(key: str) -> threading.Lock:
 # --------------------------------------------------------------------------------------------
 
 def _cxx() -> list[str]:
-    """The compiler command: ``$TP_CXX`` (may be ``"ccache g++"``), default ``g++``."""
-    return shlex.split(os.environ.get("TP_CXX") or "g++")
+    """The compiler command: ``stax.cpp.cxx`` (``$TP_CXX``, may be ``"ccache g++"``), default ``g++``."""
+    return shlex.split(config.get("stax.cpp.cxx") or "g++")
 
 
 def _extra_flags() -> list[str]:
-    return shlex.split(os.environ.get("TP_CXXFLAGS", ""))
+    return shlex.split(config.get("stax.cpp.cxxflags"))
 
 
 def _exe_fingerprint(cxx: tuple) -> str:
@@ -419,11 +433,11 @@ def _detect_isa(cxx: tuple, cache: str) -> str:
 def cpu_isa() -> str:
     """The best ISA level of this machine that the compiler accepts: one of :data:`ISA_LEVELS`.
 
-    ``$TP_CPU_ISA`` forces a level.  Detection reads the /proc/cpuinfo flags, then compiles a small
-    vector kernel with the level's flags (once per machine and compiler: memoised in-process and
-    persisted under ``<cache>/probes``).
+    ``stax.cpp.isa`` (``$TP_CPU_ISA``) forces a level.  Detection reads the /proc/cpuinfo flags,
+    then compiles a small vector kernel with the level's flags (once per machine and compiler:
+    memoised in-process and persisted under ``<cache>/probes``).
     """
-    forced = os.environ.get("TP_CPU_ISA")
+    forced = config.get("stax.cpp.isa")
     if forced:
         if forced not in ISA_LEVELS:
             raise ValueError(f"TP_CPU_ISA={forced!r}: expected one of {ISA_LEVELS}")
@@ -665,10 +679,6 @@ def load_py(source: str, kind: str = "wrapper"):
 # compiled graphs: the wrapper source and its facts, keyed by everything that determines them
 # --------------------------------------------------------------------------------------------
 
-#: TP_* variables that cannot change what Stax generates (all others are part of a graph key).
-_ENV_NOT_KEYED = ("TP_CACHE_DIR", "TP_COMPILE_LOG", "TP_COMPILE_THREADS", "TP_LOG_RECOMPILES",
-                  "TP_TEST_CACHE", "TP_STAX_LOWER_DEBUG", "TP_GRAPH_CACHE")
-
 _package_memo: dict = {}
 
 
@@ -731,29 +741,18 @@ def _tensor_sig(t, with_values: bool) -> str:
     return sig
 
 
-def _knobs() -> dict:
-    """UPPERCASE plain-value globals (heuristic knobs such as ``choices.MAX_INLINE_OPS``) of the
-    Stax modules imported so far, as ``{"module.NAME": repr(value)}``."""
-    prefix = __name__.rsplit(".", 1)[0] + "."
-    out = {}
-    for name, mod in list(sys.modules.items()):
-        if name.startswith(prefix) and mod is not None:
-            out.update((f"{name}.{k}", repr(v)) for k, v in vars(mod).items()
-                       if k.isupper() and isinstance(v, (bool, int, float, str)))
-    return out
-
-
 def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
-    """The key of a compiled graph, or None when the graph cache is off (``TP_GRAPH_CACHE=0``,
-    or ``TP_STAX_LOWER_DEBUG`` / ``TP_STAX_DEBUG`` ask to see the lowering) or an example input is
-    not a tensor or a plain number.  Lowerings registered or overridden from outside the package,
-    and Stax functions replaced by user code, are in the key (:func:`usercode.user_code_digest`;
-    it returns to the package's key when they are removed).  Heuristic knobs (UPPERCASE globals)
-    are not in the key: :func:`load_graph` compares those of the modules imported in this process
-    with the saved ones.  Not seen: a rule re-bound to another package function, and patches of
-    other objects' state -- set ``TP_GRAPH_CACHE=0`` then."""
-    if os.environ.get("TP_GRAPH_CACHE", "1") == "0" or any(
-            os.environ.get(v, "") not in ("", "0") for v in ("TP_STAX_LOWER_DEBUG", "TP_STAX_DEBUG")):
+    """The key of a compiled graph, or None when the graph cache is off (``stax.graph_cache``,
+    ``TP_GRAPH_CACHE=0``, or ``stax.lower_debug`` / ``stax.debug`` ask to see the lowering) or an
+    example input is not a tensor or a plain number.  Lowerings registered or overridden from
+    outside the package, and Stax functions replaced by user code, are in the key
+    (:func:`usercode.user_code_digest`; it returns to the package's key when they are removed).
+    The configuration is in the key through :func:`config.digest` (the keyed knobs: heuristics,
+    the toolchain; not logs, dumps or cache folders).  Not seen: a rule re-bound to another package
+    function, and patches of other objects' state (a module's constants) -- set
+    ``TP_GRAPH_CACHE=0`` then."""
+    if not config.get("stax.graph_cache") or config.get("stax.lower_debug") \
+            or config.get("stax.debug").strip() not in ("", "0"):
         return None     # the debug switches print what lowering and code generation do: always run them
     import torch
 
@@ -768,16 +767,15 @@ def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
         else:
             return None
     consts = [_tensor_sig(t, True) for t in graph_constants(gm).values()]
-    env = sorted((k, v) for k, v in os.environ.items() if k.startswith("TP_") and k not in _ENV_NOT_KEYED)
     return _sha256_parts(CACHE_VERSION, "graph", gm.code, "\0".join(ins), "\0".join(consts),
                          f"cpp_wrapper={bool(cpp_wrapper)}", torch.__version__, torch.get_num_threads(),
-                         sys.version, json.dumps(env), _package_digest(), user_code_digest())
+                         sys.version, config.digest(), _package_digest(), user_code_digest())
 
 
 def load_graph(key: str | None) -> dict | None:
     """The record :func:`save_graph` stored under ``key``; None if absent, unreadable, or saved
-    by a process whose knobs differ from this process's (knobs choose among correct programs, so a
-    module not imported here, hence not patched here, is not compared)."""
+    under another configuration than this process's now (:func:`config.digest`: the key holds it,
+    and a key computed before a ``config.patch`` and looked up inside it misses too)."""
     if key is None:
         return None
     try:
@@ -787,8 +785,7 @@ def load_graph(key: str | None) -> dict | None:
         return None
     if not isinstance(rec, dict) or not isinstance(rec.get("source"), str):
         return None
-    saved = rec.get("knobs") or {}
-    if any(saved.get(k, v) != v for k, v in _knobs().items()):
+    if rec.get("config") != config.digest():
         return None
     _count("graph_hits")
     return rec
@@ -801,7 +798,7 @@ def save_graph(key: str | None, record: dict) -> None:
     try:
         d = entry_dir(key)
         d.mkdir(parents=True, exist_ok=True)
-        _atomic_write(d / "graph.json", json.dumps({**record, "knobs": _knobs()}, sort_keys=True))
+        _atomic_write(d / "graph.json", json.dumps({**record, "config": config.digest()}, sort_keys=True))
     except OSError:  # a read-only cache only loses the entry
         pass
 

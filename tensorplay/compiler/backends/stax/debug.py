@@ -1,7 +1,7 @@
 """Dumps of every Stax stage (the chapter's experiment 2: every stage can be read).
 
-``TP_STAX_DEBUG`` selects what ``compile_graph`` prints to stderr, comma-separated (``1`` or
-``all``: everything):
+``TP_STAX_DEBUG`` (the knob ``stax.debug``) selects what ``compile_graph`` prints to stderr,
+comma-separated (``1`` or ``all``: everything):
 
   ir        the loop-level IR after lowering: one line per buffer, its compute function printed
             through :class:`IRPrinter` (``buf1[i0] = sum_{j0<2048} exp(load(arg0, 2048*i0 + j0))``)
@@ -9,8 +9,9 @@
             which values stay local (never reach memory), the modelled peak of live bytes
   code      each kernel's C++ source and the generated wrapper
 
-``TP_STAX_DEBUG_DIR=dir`` writes the same text to ``dir/<graph hash>/{ir,schedule,code}.txt``
-instead.  ``TP_STAX_LOWER_DEBUG=1`` (lowering.py) lists fallback kernels only.
+``TP_STAX_DEBUG_DIR=dir`` (``stax.debug_dir``) writes the same text to
+``dir/<graph hash>/{ir,schedule,code}.txt`` instead.  ``TP_STAX_LOWER_DEBUG=1`` (lowering.py) lists
+fallback kernels only.
 """
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import hashlib
 import os
 import sys
 
+from ... import config
 from .ir import ComputedBuffer, ExternBuffer, Reduction
 from .ops_handler import OPS_NAMES, set_handler
 
@@ -27,8 +29,8 @@ STAGES = ("ir", "schedule", "code")
 
 
 def wanted() -> set:
-    """The stages TP_STAX_DEBUG asks for (empty: none)."""
-    v = os.environ.get("TP_STAX_DEBUG", "").strip().lower()
+    """The stages ``stax.debug`` (TP_STAX_DEBUG) asks for (empty: none)."""
+    v = config.get("stax.debug").strip().lower()
     if v in ("", "0"):
         return set()
     if v in ("1", "all"):
@@ -122,7 +124,7 @@ def emit(gm, graph, sched, kernels, wrapper_src) -> None:
         texts["schedule"] = format_schedule(sched, kernels)
     if "code" in stages:
         texts["code"] = "\n\n".join([src for _, src, _ in kernels.values()] + [wrapper_src])
-    out_dir = os.environ.get("TP_STAX_DEBUG_DIR")
+    out_dir = config.get("stax.debug_dir")
     if out_dir:
         d = os.path.join(out_dir, hashlib.sha256(gm.code.encode()).hexdigest()[:16])
         os.makedirs(d, exist_ok=True)

@@ -8,8 +8,8 @@ tensor with the buffer's layout (``op_lowerings/view_rules.py``) — so every vi
 gets exact strides for free.
 
 A node with no lowering (or whose lowering raises :class:`Unsupported`) becomes a **fallback**
-kernel: the wrapper calls the op's eager kernel.  ``TP_STAX_LOWER_DEBUG=1`` lists them with the
-reason; ``strict_native=True`` makes any fallback an error.
+kernel: the wrapper calls the op's eager kernel.  ``TP_STAX_LOWER_DEBUG=1`` (the knob
+``stax.lower_debug``) lists them with the reason; ``strict_native=True`` makes any fallback an error.
 
 Materialisation (§6.6): after a node is lowered, :func:`choices.should_realize` decides from its
 number of readers and its price (loads, transcendental calls) whether its value is written to
@@ -19,12 +19,12 @@ are always realized.
 from __future__ import annotations
 
 import operator
-import os
 import sys
 import types
 
 import torch
 
+from ... import config
 from ...graph.node import map_arg
 from . import choices
 from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Pointwise, Reduction,
@@ -38,7 +38,7 @@ class StaxLoweringError(RuntimeError):
 
 
 def _debug_enabled():
-    return os.environ.get("TP_STAX_LOWER_DEBUG", "") not in ("", "0")
+    return config.get("stax.lower_debug")
 
 
 class GraphLowering:

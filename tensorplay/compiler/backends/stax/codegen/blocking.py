@@ -1,8 +1,8 @@
 """Cascade (blocked) accumulation of long floating-point sums and Welford reductions (§6.5).
 
-A kernel's reduction keeps ``U`` vector accumulators of ``L`` lanes (row mode: ``U = UNROLL``, or
-``WELFORD_UNROLL`` with a Welford update; column mode: one accumulator per column vector whose
-lanes are independent columns, so ``L = U = 1`` per column), and each lane adds one term per step
+A kernel's reduction keeps ``U`` vector accumulators of ``L`` lanes (row mode: ``U`` is the knob
+``stax.cpp.unroll``, or ``stax.cpp.welford_unroll`` with a Welford update; column mode: one
+accumulator per column vector whose lanes are independent columns, so ``L = U = 1`` per column), and each lane adds one term per step
 of the innermost loop.  A lane that adds all of its ``k ≈ n/(L·U)`` terms into one float32
 register stops growing at 2^24 (``ones(1, 2**30).sum(-1)`` gave 2^28) and its error bound grows
 like ``k·u``.
@@ -55,9 +55,12 @@ Welford folds: layer_norm 1024×16384 0.994 [0.983, 1.002], float64 var 1024×81
 """
 from __future__ import annotations
 
-__all__ = ["CASCADE", "FAN_IN", "MIN_LANES", "blockable", "levels", "error_factor", "Plan"]
+from .... import config
 
-CASCADE = True   # False: every lane adds all of its terms (the kernels before 2026-12-01; for comparisons)
+__all__ = ["FAN_IN", "MIN_LANES", "blockable", "levels", "error_factor", "Plan"]
+
+# the knob stax.cpp.cascade (tensorplay/compiler/config.py) switches the cascade off: every lane adds
+# all of its terms (the kernels before 2026-12-01; for comparisons)
 FAN_IN = 64      # terms per lane of a block, and folds per level
 MIN_LANES = 4    # the narrowest vector the kernels are built for (SSE4.2: 16 bytes of float32)
 
@@ -96,7 +99,7 @@ def error_factor(v: int, passes: int = 1, nacc: int = 2, lanes: int = 16, column
     tree = max(lanes.bit_length() - 1, 0)
     per_pass = (v if column else -(-v // (nacc * lanes)) + nacc)     # terms of the first accumulator
     total = per_pass * passes
-    m = levels(v if column else -(-v // (nacc * MIN_LANES)) + nacc, passes) if CASCADE else 1
+    m = levels(v if column else -(-v // (nacc * MIN_LANES)) + nacc, passes) if config.get("stax.cpp.cascade") else 1
     if m == 1 or total <= FAN_IN:
         return total + nacc + tree + 2
     blocks = -(-total // FAN_IN) + passes          # the rest of every pass may end a block of its own

@@ -35,6 +35,7 @@ import re
 import sympy
 import torch
 
+from .... import config
 from .. import choices
 from . import blocking
 from ..bounds import IndirectIndex, _fraction, bound
@@ -48,10 +49,10 @@ CTYPE = {torch.float32: "float", torch.float64: "double", torch.int32: "int32_t"
          torch.bool: "int32_t"}   # bool values live as 0/1 int32 lanes in registers
 STORAGE_CTYPE = {torch.float32: "float", torch.float64: "double", torch.int32: "int32_t", torch.int64: "int64_t",
                  torch.bool: "bool"}
-UNROLL = 2   # vector accumulators per reduction (latency hiding, invariant 6)
-WELFORD_UNROLL = 4   # ... in a phase with a Welford reduction (longer dependency chain)
-COLUMN_REDUCTIONS = True   # column mode for reductions over non-trailing dims (KernelGen._column_mode)
-COLUMN_UNROLL = 8    # column mode: vectors of output columns per block (independent accumulators)
+# knobs (tensorplay/compiler/config.py): stax.cpp.unroll (vector accumulators per reduction, latency
+# hiding: invariant 6), stax.cpp.welford_unroll (... in a phase with a Welford reduction),
+# stax.cpp.column_reductions (KernelGen._column_mode), stax.cpp.column_unroll (column mode: vectors of
+# output columns per block)
 _LANES_GUESS = 16   # a guess at VL (AVX-512 floats): only sizes column blocks for Alg. 8.1
 LOOP_STEP_MARGIN = 1 << 16   # > the largest step of a generated loop (a cascade block: 64 * 4 * VL)
 _SCHEDULE = " @schedule@"   # stands for the schedule clause of a parallel loop until _finish knows it
@@ -633,7 +634,7 @@ def _identity(rtype, dtype):
 
 
 # ---- reduction accumulators ---------------------------------------------------------------------------
-# A monoid reduction (sum ... all) keeps UNROLL vectors ``acc_<buf>_<u>`` combined with _COMBINE and
+# A monoid reduction (sum ... all) keeps ``stax.cpp.unroll`` vectors ``acc_<buf>_<u>`` combined with _COMBINE and
 # reduced across lanes with _HREDUCE.  argmax/argmin keep a tp::ArgAcc (per-lane value + int64
 # index) and welford a tp::WelfordAcc (per-lane n, mean, m2; Chan combine): cpp_prelude.h.  The
 # nodes of one multi-result reduction (Reduction.multi: same inner_fn) share the accumulator of the
@@ -681,9 +682,11 @@ def _acc_update(n, acc_dt, unroll, v, mode):
 
 
 def _n_acc(reds):
-    """Accumulators per reduction in one phase: UNROLL, or WELFORD_UNROLL when a Welford update
-    (a dependent sub-mul-add chain per element, ~3x the latency of an add) is among them."""
-    return WELFORD_UNROLL if any(n.buf.data.reduction_type == "welford" for n in reds) else UNROLL
+    """Accumulators per reduction in one phase: ``stax.cpp.unroll``, or ``stax.cpp.welford_unroll``
+    when a Welford update (a dependent sub-mul-add chain per element, ~3x the latency of an add) is
+    among them."""
+    welford = any(n.buf.data.reduction_type == "welford" for n in reds)
+    return config.get("stax.cpp.welford_unroll") if welford else config.get("stax.cpp.unroll")
 
 
 def _acc_final(n, acc_dt, sibs, nacc):
@@ -1004,7 +1007,7 @@ class KernelGen:
         coefficient 0 or 1 in the last (merged) outer loop: then the lanes can run across that loop
         (VL output columns at once) with plain vector loads instead of gathers.  Groups needing a
         scratch array, indirect indices or Mod/floor of the column variable keep the row mode."""
-        if not (COLUMN_REDUCTIONS and self.outer_loops and self.inner_loops) or self._scratch_nodes():
+        if not (config.get("stax.cpp.column_reductions") and self.outer_loops and self.inner_loops) or self._scratch_nodes():
             return False
         if not any(p == "reduce" for p in self.placements.values()):
             return False
@@ -1072,7 +1075,7 @@ class KernelGen:
         threads = choices_threads()
         lanes = _LANES_GUESS
         rest = math.prod(s for _, s in self.outer_loops[:-1])
-        cu = max(1, min(COLUMN_UNROLL, sl // (lanes * max(1, -(-threads // max(1, rest))))))   # rest == 0: no work
+        cu = max(1, min(config.get("stax.cpp.column_unroll"), sl // (lanes * max(1, -(-threads // max(1, rest))))))   # rest == 0: no work
         nblk = -(-sl // (cu * lanes))
         sizes = [s for _, s in self.outer_loops[:-1]] + [nblk]
         depth = choices.parallel_depth(sizes, (math.prod(inner) if inner else 1) * cu * lanes, threads)
@@ -1186,7 +1189,7 @@ class KernelGen:
                  if self.acc_leader[n.name] is n and
                  blocking.blockable(n.buf.data.reduction_type, self._acc_dtype(n), n.buf.data.src_dtype)]
         sizes = [s for _, s in self.inner_loops]
-        if not specs or not sizes or 0 in sizes or not blocking.CASCADE:
+        if not specs or not sizes or 0 in sizes or not config.get("stax.cpp.cascade"):
             return None
         v, passes = sizes[-1], math.prod(sizes[:-1])
         m = blocking.levels(v if column else -(-v // (nacc * blocking.MIN_LANES)) + nacc, passes)

@@ -3,7 +3,7 @@
 
 ``python benchmarks/column_reductions.py [R C [rounds]]`` compiles ``sum(0)``, ``softmax(0)`` and
 ``var(0)`` of an (R, C) float32 tensor (default 4096 x 2048) twice — with
-``cpp.COLUMN_REDUCTIONS = False`` (before: one row per output column, gathered loads) and ``True``
+``cpp_plan.COLUMN_REDUCTIONS = False`` (before: one row per output column, gathered loads) and ``True``
 (after) — and times both and torch eager interleaved, one call of each per round.  Prints the
 medians (ms) and the paired ratios (median over rounds of reading i / eager's reading i), which
 stay meaningful on a loaded machine.
@@ -18,7 +18,7 @@ os.environ["TP_GRAPH_CACHE"] = "0"   # the knob is toggled in-process: compile e
 import torch  # noqa: E402
 
 import tensorplay as tp  # noqa: E402
-from tensorplay.compiler.backends.stax.codegen import cpp  # noqa: E402
+from tensorplay.compiler.backends.stax.codegen import cpp_plan  # noqa: E402
 
 
 def main():
@@ -33,11 +33,11 @@ def main():
     for name, (f, ft) in cases.items():
         fns = {}
         for mode in (False, True):
-            cpp.COLUMN_REDUCTIONS = mode
+            cpp_plan.COLUMN_REDUCTIONS = mode
             cf = tp.compile(f, strict_native=True)
             cf(x)
             fns["after" if mode else "before"] = cf
-        cpp.COLUMN_REDUCTIONS = True
+        cpp_plan.COLUMN_REDUCTIONS = True
         fns["eager"] = ft
         ref = ft(xt.double())
         for k, g in fns.items():

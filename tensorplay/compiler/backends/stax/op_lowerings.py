@@ -188,8 +188,8 @@ def _div(a, b, rounding_mode):
         if out.dtype.is_floating_point:
             return pointwise(lambda x, y, _r: ops.trunc(ops.truediv(x, y)))(a, b, rounding_mode)
         # integers: C division; a zero divisor makes the kernel raise ZeroDivisionError (as eager)
-        return pointwise(lambda x, y, _r: ops.truncdiv(x, y))(a, b, rounding_mode)
-    return pointwise(lambda x, y, _r: ops.floordiv(x, y))(a, b, rounding_mode)
+        return pointwise(lambda x, y, _r: ops.truncdiv(x, y, op=current_op()))(a, b, rounding_mode)
+    return pointwise(lambda x, y, _r: ops.floordiv(x, y, op=current_op()))(a, b, rounding_mode)
 
 
 for _name in ("exp", "exp2", "expm1", "log", "log2", "log10", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan",
@@ -314,10 +314,10 @@ def _addcdiv(s, t1, t2, value=1):
 
 # ---- the rest of the pointwise table: rounding divisions, powers, inverse trig, predicates ------------
 # Integer floor_divide/remainder/fmod (and div with a rounding mode) by zero: the kernel reports
-# ZeroDivisionError naming the op (codegen/cpp.py), as eager raises it.
-register_lowering("floor_divide")(pointwise(lambda a, b: ops.floordiv(a, b)))
-register_lowering("remainder")(pointwise(lambda a, b: ops.remainder(a, b)))
-register_lowering("fmod")(pointwise(lambda a, b: ops.fmod(a, b)))
+# ZeroDivisionError naming the op (the ``op`` argument of the ops call), as eager raises it.
+register_lowering("floor_divide")(pointwise(lambda a, b: ops.floordiv(a, b, op=current_op())))
+register_lowering("remainder")(pointwise(lambda a, b: ops.remainder(a, b, op=current_op())))
+register_lowering("fmod")(pointwise(lambda a, b: ops.fmod(a, b, op=current_op())))
 register_lowering("float_power")(pointwise(lambda a, b: ops.pow(a, b)))   # computed in float64
 register_lowering("rsub")(pointwise(lambda a, b, alpha: ops.sub(b, a) if alpha == 1 else ops.sub(b, ops.mul(a, _c(alpha)))))
 for _name in ("asin", "acos", "atan", "sinh", "cosh"):

@@ -86,7 +86,7 @@ KNOBS = {k.name: k for k in (
        "TP_DEBUG_GRAPH"),
     _k("stax.lower_debug", bool, False, "list the ops Stax runs as fallback kernels, with the reason "
                                         "(bypasses the compiled-graph cache)", "TP_STAX_LOWER_DEBUG"),
-    _k("stax.debug", str, "", "Stax stages to print, comma-separated: ir, schedule, code (1 or all: every "
+    _k("stax.debug", str, "", "Stax stages to print, comma-separated: ir, schedule, plan, code (1 or all: every "
                               "stage; bypasses the compiled-graph cache)", "TP_STAX_DEBUG"),
     _k("stax.debug_dir", str, "", "with stax.debug: write dir/<graph hash>/<stage>.txt instead of printing",
        "TP_STAX_DEBUG_DIR"),

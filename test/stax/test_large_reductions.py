@@ -1,6 +1,6 @@
 """Long reductions: index width and loop counters past 2^31, accuracy of long float sums.
 
-Index width (bounds.py, ``KernelGen._check_bounds``): a kernel uses ``int32_t`` loop counters and
+Index width (bounds.py, ``kernel_plan._check_bounds``): a kernel uses ``int32_t`` loop counters and
 index arithmetic only if every index, every partial sum on the way to it and every loop counter
 (the iteration space plus the largest loop step) fits; otherwise ``int64_t``.  Regression: an
 expanded input (stride 0) has tiny indices over a huge loop, so ``x.expand(1, 2**31 - 1).sum(-1)``

@@ -38,7 +38,7 @@ def test_outputs_keep_eager_strides(f):
 ])
 def test_elementwise_kernels_run_in_memory_order(f, shape):
     """A purely elementwise kernel whose outputs keep a permuted (e.g. column-major) eager layout
-    loops in memory order (KernelGen._memory_order): plain vector loads and stores, no gathers or
+    loops in memory order (kernel_plan._memory_order): plain vector loads and stores, no gathers or
     scatters, and the same values and strides as eager."""
     x = tp.randn(*shape)
     cf, out, ref = _run(f, x)

@@ -8,13 +8,16 @@ Read in pipeline order:
   op_lowerings/       register_lowering, the pointwise helper, one rule per op (a module per op family)
   choices.py          heuristics: materialisation, can_fuse, score_fusion, parallel depth
   scheduler.py        dependency graph, greedy fusion, local (never written) buffers
-  codegen/cpp.py      one C++ function per fused group (tp::Vec vectors, OpenMP)
+  kernel_plan.py      one KernelPlan per fused group: loops and merges, phases, accesses, bounds
+  codegen/cpp_plan.py the CPU's decisions for a plan: threads, vector loop, column mode, accumulators
+  codegen/cpp.py      prints a plan as one C++ function (tp::Vec vectors, OpenMP); cpp_ops.py the
+                      C++ of compute functions, cpp_reduce.py of accumulators, blocking.py cascades
   codegen/cpp_prelude.h, codegen/stax_kernel.h   the vector library the kernels use
   codegen/wrapper.py  the generated Python ``call(args)`` module
   codegen/cpp_wrapper.py  option stax.cpp_wrapper: one C++ unit, one foreign call per graph
   codecache.py        content-addressed disk cache (TP_CACHE_DIR), g++, file locks
   async_compile.py    parallel compilation of a wrapper's kernels
-  debug.py            TP_STAX_DEBUG dumps of every stage (loop IR, schedule, code)
+  debug.py            TP_STAX_DEBUG dumps of every stage (loop IR, schedule, plans, code)
 
 ``stax_backend(gm, example_inputs)`` is registered as the ``"stax"`` backend.  Training regions (an
 input requires grad with grad mode on) go through AOT autograd (compiler/aot, docs/aot.md): the
@@ -22,20 +25,21 @@ forward and backward graphs are both compiled by this backend.
 """
 from __future__ import annotations
 
+import contextlib
+
 from ...._tensor import Tensor, _wrap
 
-__all__ = ["stax_backend", "StaxStrictError", "compile_graph"]
+__all__ = ["stax_backend", "StaxStrictError", "compile_graph", "plan_graph"]
 
 
 class StaxStrictError(RuntimeError):
     """strict_native=True and some op would not run as a Stax kernel."""
 
 
-def compile_graph(gm, example_inputs, cpp_wrapper=False):
-    """Lower, schedule and generate code; returns (wrapper source, graph, scheduler, kernels).
-    ``cpp_wrapper``: one C++ translation unit and entry for the kernels (codegen/cpp_wrapper.py)."""
-    from .codegen.cpp import generate_kernel
-    from .codegen.wrapper import generate_wrapper
+@contextlib.contextmanager
+def _scheduled(gm, example_inputs):
+    """Lower and schedule a graph: (graph, scheduler), with the lowering's ``V.graph`` set while
+    the caller plans and prints its kernels (compute functions are evaluated then)."""
     from .lowering import GraphLowering
     from .op_lowerings import V
     from .scheduler import Scheduler
@@ -44,23 +48,45 @@ def compile_graph(gm, example_inputs, cpp_wrapper=False):
     V.graph = graph
     try:
         graph.run()
-        sched = Scheduler(graph).fuse()
-        kernels = {}
-        for i, g in enumerate(sched.groups):
-            if g.is_extern:
-                continue
+        yield graph, Scheduler(graph).fuse()
+    finally:
+        V.graph = prev
+
+
+def _plans(sched):
+    """(group, KernelPlan) of every Stax kernel of the schedule, in order (made as they are asked for)."""
+    from .kernel_plan import plan_kernel
+    for g in sched.groups:
+        if not g.is_extern:
+            yield g, plan_kernel(sched, g)
+
+
+def plan_graph(gm, example_inputs):
+    """Lower, schedule and plan a graph without generating code (the seam between scheduling and
+    code, the chapter §8.1): (graph, scheduler, [KernelPlan of every kernel, in order])."""
+    with _scheduled(gm, example_inputs) as (graph, sched):
+        return graph, sched, [plan for _, plan in _plans(sched)]
+
+
+def compile_graph(gm, example_inputs, cpp_wrapper=False):
+    """Lower, schedule, plan and generate code; returns (wrapper source, graph, scheduler, kernels).
+    ``cpp_wrapper``: one C++ translation unit and entry for the kernels (codegen/cpp_wrapper.py)."""
+    from .codegen.cpp import generate_kernel
+    from .codegen.wrapper import generate_wrapper
+    with _scheduled(gm, example_inputs) as (graph, sched):
+        kernels, plans = {}, {}
+        for g, plan in _plans(sched):
             name = f"kernel{len(kernels)}"
-            src, params = generate_kernel(sched, g, name)
+            src, params = generate_kernel(plan, name)
             kernels[id(g)] = (name, src, params)
+            plans[id(g)] = plan
         if cpp_wrapper:
             from .codegen.cpp_wrapper import generate_cpp_wrapper
             src, materialized = generate_cpp_wrapper(graph, sched, kernels)
         else:
             src, materialized = generate_wrapper(graph, sched, kernels)
         from .debug import emit
-        emit(gm, graph, sched, kernels, src)      # TP_STAX_DEBUG=ir,schedule,code
-    finally:
-        V.graph = prev
+        emit(gm, graph, sched, kernels, src, plans)      # TP_STAX_DEBUG=ir,schedule,plan,code
     return src, graph, sched, materialized
 
 

@@ -7,11 +7,15 @@ comma-separated (``1`` or ``all``: everything):
             through :class:`IRPrinter` (``buf1[i0] = sum_{j0<2048} exp(load(arg0, 2048*i0 + j0))``)
   schedule  the fused groups in execution order: iteration space, nodes with placement and phase,
             which values stay local (never reach memory), the modelled peak of live bytes
+  plan      each kernel's KernelPlan (kernel_plan.format_plan): its loops and their merges, the
+            nodes of each phase with placement, dtype, storage and store index, reduction kinds,
+            every buffer read with its index expression, and the device's decisions (CPU:
+            parallel depth, threads, vector loop, column mode, accumulators, cascades)
   code      each kernel's C++ source and the generated wrapper
 
 ``TP_STAX_DEBUG_DIR=dir`` (``stax.debug_dir``) writes the same text to
-``dir/<graph hash>/{ir,schedule,code}.txt`` instead.  ``TP_STAX_LOWER_DEBUG=1`` (lowering.py) lists
-fallback kernels only.
+``dir/<graph hash>/{ir,schedule,plan,code}.txt`` instead.  ``TP_STAX_LOWER_DEBUG=1`` (lowering.py)
+lists fallback kernels only.
 """
 from __future__ import annotations
 
@@ -23,9 +27,9 @@ from ... import config
 from .ir import ComputedBuffer, ExternBuffer, Reduction
 from .ops_handler import OPS_NAMES, set_handler
 
-__all__ = ["IRPrinter", "format_ir", "format_schedule", "wanted", "emit"]
+__all__ = ["IRPrinter", "format_ir", "format_schedule", "format_plans", "wanted", "emit"]
 
-STAGES = ("ir", "schedule", "code")
+STAGES = ("ir", "schedule", "plan", "code")
 
 
 def wanted() -> set:
@@ -112,8 +116,15 @@ def format_schedule(sched, kernels) -> str:
     return "\n".join(lines)
 
 
-def emit(gm, graph, sched, kernels, wrapper_src) -> None:
-    """Print (or write under TP_STAX_DEBUG_DIR) the stages TP_STAX_DEBUG asks for."""
+def format_plans(kernels, plans) -> str:
+    """Every kernel's plan, in kernel order."""
+    from .kernel_plan import format_plan
+    return "\n".join(format_plan(plans[k], kernels[k][0]) for k in kernels if k in plans)
+
+
+def emit(gm, graph, sched, kernels, wrapper_src, plans=None) -> None:
+    """Print (or write under TP_STAX_DEBUG_DIR) the stages TP_STAX_DEBUG asks for; ``plans``:
+    id(group) -> KernelPlan, like ``kernels``."""
     stages = wanted()
     if not stages:
         return
@@ -122,6 +133,8 @@ def emit(gm, graph, sched, kernels, wrapper_src) -> None:
         texts["ir"] = format_ir(graph)
     if "schedule" in stages:
         texts["schedule"] = format_schedule(sched, kernels)
+    if "plan" in stages:
+        texts["plan"] = format_plans(kernels, plans or {})
     if "code" in stages:
         texts["code"] = "\n\n".join([src for _, src, _ in kernels.values()] + [wrapper_src])
     out_dir = config.get("stax.debug_dir")

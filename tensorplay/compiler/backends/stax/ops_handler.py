@@ -21,7 +21,8 @@ The interface (all handlers accept these; values are handler-specific objects):
   (other handlers return 0);
 * arithmetic: add sub mul truediv floordiv truncdiv remainder fmod neg abs sign reciprocal pow
   maximum minimum square (integer floordiv/truncdiv/remainder/fmod by zero is an error the kernel
-  reports, like eager's ZeroDivisionError);
+  reports, like eager's ZeroDivisionError; these four take an optional ``op=``: the op-table name
+  the error names, by default floor_divide, div, remainder, fmod);
 * math: exp exp2 expm1 log log2 log10 log1p sqrt rsqrt sin cos tan asin acos atan sinh cosh tanh
   sigmoid erf erfc floor ceil trunc round atan2 hypot;
 * comparisons and logic: eq ne lt le gt ge logical_and logical_or logical_not logical_xor

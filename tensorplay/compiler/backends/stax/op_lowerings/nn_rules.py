@@ -19,6 +19,7 @@ import math
 import sympy
 import torch
 
+from .... import config
 from .. import choices
 from ..bounds import _fraction
 from ..ir import Pointwise, TensorBox, Unsupported
@@ -335,9 +336,8 @@ def _window_map(x, lead, axes, fill, dt):
     return window, valid
 
 
-#: pooling windows of at most this many elements are unrolled into one pointwise kernel (max and
-#: average pooling; TorchInductor uses the same limit)
-POOL_UNROLL_MAX = 25
+# POOL_UNROLL_MAX (the knob stax.pool_unroll_max, 25): pooling windows of at most this many elements
+# are unrolled into one pointwise kernel (max and average pooling; TorchInductor uses the same limit)
 
 
 def _first_inside(o, s, p, d):
@@ -378,7 +378,7 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
 
     def flat(i):
         return _ix(axes[0](i[nl], i[nl + 2]) * w_in + axes[1](i[nl + 1], i[nl + 3]))
-    if kh * kw <= POOL_UNROLL_MAX:
+    if kh * kw <= config.get("stax.pool_unroll_max"):
         def scan(i, with_index):
             # a position outside x reads -inf: never taken, so the scan needs no validity mask
             best = ops.constant(float("-inf"), dt)
@@ -440,7 +440,7 @@ def _window_sum(window, lead, oshape, k, dt, device):
     """The sum over a (k[0], k[1]) pooling window: unrolled in eager's order (rows, then columns,
     from +0) when it has at most POOL_UNROLL_MAX elements, else a sum reduction of the window map.
     Returns a loader over the output positions."""
-    if k[0] * k[1] <= POOL_UNROLL_MAX:
+    if k[0] * k[1] <= config.get("stax.pool_unroll_max"):
         def sl(i):
             acc = ops.constant(0.0, dt)     # eager's sum starts at +0 (a window of -0 sums to +0)
             for a in range(k[0]):

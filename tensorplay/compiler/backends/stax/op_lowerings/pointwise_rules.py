@@ -132,8 +132,8 @@ def _div(a, b, rounding_mode):
         if out.dtype.is_floating_point:
             return pointwise(lambda x, y, _r: ops.trunc(ops.truediv(x, y)))(a, b, rounding_mode)
         # integers: C division; a zero divisor makes the kernel raise ZeroDivisionError (as eager)
-        return pointwise(lambda x, y, _r: ops.truncdiv(x, y))(a, b, rounding_mode)
-    return pointwise(lambda x, y, _r: ops.floordiv(x, y))(a, b, rounding_mode)
+        return pointwise(lambda x, y, _r: ops.truncdiv(x, y, op=current_op()))(a, b, rounding_mode)
+    return pointwise(lambda x, y, _r: ops.floordiv(x, y, op=current_op()))(a, b, rounding_mode)
 
 
 # rounding to an integral value: the identity on integers
@@ -253,10 +253,10 @@ def _addcdiv(s, t1, t2, value=1):
 
 # ---- the rest of the pointwise table: rounding divisions, powers, inverse trig, predicates ------------
 # Integer floor_divide/remainder/fmod (and div with a rounding mode) by zero: the kernel reports
-# ZeroDivisionError naming the op (codegen/cpp.py), as eager raises it.
-register_lowering("floor_divide")(pointwise(lambda a, b: ops.floordiv(a, b)))
-register_lowering("remainder")(pointwise(lambda a, b: ops.remainder(a, b)))
-register_lowering("fmod")(pointwise(lambda a, b: ops.fmod(a, b)))
+# ZeroDivisionError naming the op (the ``op`` argument of the ops call), as eager raises it.
+register_lowering("floor_divide")(pointwise(lambda a, b: ops.floordiv(a, b, op=current_op())))
+register_lowering("remainder")(pointwise(lambda a, b: ops.remainder(a, b, op=current_op())))
+register_lowering("fmod")(pointwise(lambda a, b: ops.fmod(a, b, op=current_op())))
 register_lowering("float_power")(pointwise(lambda a, b: ops.pow(a, b)))   # computed in float64
 register_lowering("rsub")(pointwise(lambda a, b, alpha: ops.sub(b, a) if alpha == 1 else ops.sub(b, ops.mul(a, _c(alpha)))))
 register_lowering("frac")(pointwise(lambda a: ops.sub(a, ops.trunc(a))))

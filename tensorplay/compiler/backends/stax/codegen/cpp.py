@@ -38,7 +38,6 @@ import math
 import sympy
 import torch
 
-from .... import config
 from .. import choices
 from ..ir import Unsupported
 from ..kernel_plan import KernelPlan
@@ -383,7 +382,7 @@ class KernelGen:
                 lines.append(ind * level + f"{CTYPE[n.buf.data.dtype]} v_{n.name};")
             lines.append(ind * level + "{")
             lvl = level + 1
-            nacc = self.cpu.accumulators.get(p, config.get("stax.cpp.unroll"))
+            nacc = self.cpu.accumulators.get(p, 1)   # (a phase without reductions has none)
             for n in reds:
                 if self.is_leader(n):
                     lines += [ind * lvl + ln for ln in acc_decl(n, self.acc_dtype(n), nacc)]

@@ -44,10 +44,11 @@ from ..kernel_plan import KernelPlan
 from ..ops_handler import set_handler
 from . import blocking
 from .cpp_ops import CTYPE, STORAGE_CTYPE, CppHandler, _Val, cexpr, vec_type
-from .cpp_plan import UNROLL, plan_cpp   # noqa: F401  (UNROLL: the accumulators of a row-mode reduction)
+from .cpp_plan import plan_cpp
+from .cpp_plan import UNROLL   # re-exported: the accumulators of a row-mode reduction
 from .cpp_reduce import acc_decl, acc_final, acc_final_columns, acc_update
 
-__all__ = ["generate_kernel", "KernelGen", "CTYPE"]
+__all__ = ["generate_kernel", "KernelGen", "CTYPE", "UNROLL"]
 
 _SCHEDULE = " @schedule@"   # stands for the schedule clause of a parallel loop until _finish knows it
 
@@ -382,7 +383,7 @@ class KernelGen:
                 lines.append(ind * level + f"{CTYPE[n.buf.data.dtype]} v_{n.name};")
             lines.append(ind * level + "{")
             lvl = level + 1
-            nacc = self.cpu.accumulators.get(p, UNROLL)
+            nacc = self.cpu.accumulators.get(p, 1)   # (a phase without reductions has none)
             for n in reds:
                 if self.is_leader(n):
                     lines += [ind * lvl + ln for ln in acc_decl(n, self.acc_dtype(n), nacc)]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tensorplay.compiler.backends.stax import async_compile as ac
+from tensorplay.compiler.backends.stax.cpp import async_compile as ac
 from tensorplay.compiler.backends.stax import codecache as cc
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
@@ -429,7 +429,7 @@ def test_write_py_and_load_py(cache):
 
 WRAPPER = '''"""A wrapper module in the style of listing 8.1: C++ kernels embedded as strings."""
 import ctypes
-from tensorplay.compiler.backends.stax.async_compile import AsyncCompile
+from tensorplay.compiler.backends.stax.cpp.async_compile import AsyncCompile
 async_compile = AsyncCompile()
 
 kernel0 = async_compile.cpp(r\'\'\'{k0}\'\'\', 'kernel0')
@@ -528,12 +528,12 @@ def test_async_compile_entry_takes_data_pointers(monkeypatch, mechanism):
     """``cpp(..., entry=)``: the placeholder resolves to a function of the data pointers as ints
     that runs the kernel through its pointer-array entry (the Python wrapper's kernel calls); a
     kernel's run-time error is raised after the call; ctypes when the call extension is missing."""
-    from tensorplay.compiler.backends.stax.codegen import cpp_wrapper
+    from tensorplay.compiler.backends.stax.cpp import call as cpp_call, wrapper as cpp_wrapper
     import torch
 
     from tensorplay.compiler.backends.stax.runtime import KernelZeroDivisionError
     if mechanism == "ctypes":
-        monkeypatch.setattr(cpp_wrapper, "_ext_state", {"call": None})
+        monkeypatch.setattr(cpp_call, "_ext_state", {"call": None})
     params = {"x": ("float", False), "y": ("float", True), "d": ("int64_t", False)}
     src = _ENTRY_SRC + f"// {mechanism}\n" + cpp_wrapper.kernel_entry("kd", params)
     scope = {"kd": ac.AsyncCompile().cpp(src, "kd", entry="kd_entry")}

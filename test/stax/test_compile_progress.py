@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from tensorplay.compiler.backends.stax import async_compile as ac
+from tensorplay.compiler.backends.stax.cpp import async_compile as ac
 from tensorplay.compiler.backends.stax import codecache
 
 pytestmark = pytest.mark.usefixtures("stax_cache")

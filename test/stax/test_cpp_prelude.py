@@ -1,4 +1,4 @@
-"""Tests of the Stax C++ vector library, ``codegen/cpp_prelude.h``.
+"""Tests of the Stax C++ vector library, ``cpp/cpp_prelude.h``.
 
 A small C++ file of ``extern "C"`` array functions built on the prelude is compiled once per
 variant (module-scoped fixture) with the flags the Stax compiler uses, and called through ctypes.
@@ -44,7 +44,7 @@ import torch
 from tensorplay.compiler.backends.stax import codecache as cc
 
 REPO = Path(__file__).resolve().parents[2]
-PRELUDE_DIR = REPO / "tensorplay" / "compiler" / "backends" / "stax" / "codegen"
+PRELUDE_DIR = REPO / "tensorplay" / "compiler" / "backends" / "stax" / "cpp"
 PRELUDE = PRELUDE_DIR / "cpp_prelude.h"
 CXX = os.environ.get("TP_CXX", "g++")
 BASE = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"]

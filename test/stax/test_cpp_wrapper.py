@@ -1,4 +1,4 @@
-"""The C++ wrapper (option ``stax.cpp_wrapper``, codegen/cpp_wrapper.py).
+"""The C++ wrapper (option ``stax.cpp_wrapper``, cpp/wrapper.py).
 
 Each graph is compiled twice, with the Python wrapper and with the C++ wrapper (staged API: the
 artifacts run directly, never the capture), and the results must be equal bit for bit; both are
@@ -17,7 +17,7 @@ import torch
 
 import tensorplay as tp
 from tensorplay.compiler.backends.stax import codecache
-from tensorplay.compiler.backends.stax.codegen import cpp_wrapper
+from tensorplay.compiler.backends.stax.cpp import call as cpp_call
 
 
 pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
@@ -186,9 +186,9 @@ def test_guard_misses_recompile():
 
 def test_ctypes_fallback_matches(monkeypatch):
     """Without the call extension, ctypes calls the same entry (and gives the same bits)."""
-    monkeypatch.setattr(cpp_wrapper, "_ext_state", {"call": None})
+    monkeypatch.setattr(cpp_call, "_ext_state", {"call": None})
     art = both(lambda x: (x - 1) * x, T(7, 3))   # a graph no other test loads (modules are memoised)
-    assert art.artifact.module._call is cpp_wrapper._ctypes_call
+    assert art.artifact.module._call is cpp_call._ctypes_call
 
 
 def _ex11(x, w):

@@ -9,7 +9,7 @@ again (Prop. 11.1).  The work here is to make ``a`` cover everything that determ
 
 * the full compile command (flags, ``TP_CXXFLAGS``, the ISA flags) with placeholder paths;
 * the compiler's identity (first line of ``$TP_CXX --version``), not its path;
-* the *content* of the headers in ``codegen/`` (``cpp_prelude.h``): they are compiled too, and a
+* the *content* of the headers in ``cpp/`` (``cpp_prelude.h``): they are compiled too, and a
   header replaced in place would otherwise make ``build`` impure;
 * a fingerprint of the CPU when a flag says ``native`` (``-march=native`` means different
   instructions on different machines sharing one cache folder).
@@ -104,7 +104,7 @@ _BASE_FLAGS = ("-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp",
                "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off")
 
 #: Where cpp_prelude.h lives; its *.h files are part of every C++ key.
-PRELUDE_DIR = Path(__file__).resolve().parent / "codegen"
+PRELUDE_DIR = Path(__file__).resolve().parent / "cpp"
 
 #: In-process counters (tests read them).
 stats = {"cpp_compiles": 0, "cpp_hits": 0, "py_writes": 0, "compiler_runs": 0, "graph_hits": 0}
@@ -816,8 +816,17 @@ def clear_memo() -> None:
     _modules.clear()
     _compiler_version.cache_clear()
     _detect_isa.cache_clear()
-    from .codegen import cpp_wrapper   # the call extension is a loaded library too
-    cpp_wrapper._ext_state.clear()
+    for forget in _memo_hooks:   # what a device backend memoises besides (the CPU's call extension)
+        forget()
+
+
+#: functions :func:`clear_memo` calls (a backend adds its own with :func:`on_clear_memo`)
+_memo_hooks: list = []
+
+
+def on_clear_memo(fn) -> None:
+    """Make :func:`clear_memo` call ``fn()`` too."""
+    _memo_hooks.append(fn)
 
 
 def _after_fork_in_child() -> None:  # a lock held by another thread at fork() stays held

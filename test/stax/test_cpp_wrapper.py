@@ -17,6 +17,7 @@ import torch
 
 import tensorplay as tp
 from tensorplay.compiler.backends.stax import codecache
+from tensorplay.compiler.backends.stax.cpp import build
 from tensorplay.compiler.backends.stax.cpp import call as cpp_call
 
 
@@ -251,7 +252,7 @@ def test_compile_log_records_compiler_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("TP_CACHE_DIR", str(tmp_path / "c"))
     codecache.clear_memo()
     before = codecache.stats["compiler_runs"]
-    codecache.load_cpp('extern "C" void tp_log_probe(float* x) { x[0] += 1.0f; }', "scalar")
+    build.load_cpp('extern "C" void tp_log_probe(float* x) { x[0] += 1.0f; }', "scalar")
     lines = log.read_text().splitlines()
     assert codecache.stats["compiler_runs"] - before == len(lines) >= 1
     assert any("-shared" in ln for ln in lines)

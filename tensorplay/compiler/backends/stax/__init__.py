@@ -12,7 +12,7 @@ Read in pipeline order:
   device.py           the device seam: DeviceBackend (plan, render, how the wrapper defines and calls
                       a kernel), register_device_backend(device, backend)
   codegen/wrapper.py  the generated Python ``call(args)`` module (device-neutral)
-  codecache.py        content-addressed disk cache (TP_CACHE_DIR), g++, file locks
+  codecache.py        content-addressed disk cache (TP_CACHE_DIR), file locks, compiled graphs
   debug.py            TP_STAX_DEBUG dumps of every stage (loop IR, schedule, plans, code)
   cpp/                the CPU's backend: C++ kernels (OpenMP + SIMD), their build and call
                       (cpp/__init__.py lists its modules); registered for "cpu" by tensorplay.compiler

@@ -10,7 +10,9 @@ Read in pipeline order:
                     support (error slot, index checks)
   wrapper.py        kernel entries on pointer arrays; option stax.cpp_wrapper: one C++ unit, one
                     foreign call per graph
-  async_compile.py  parallel compilation of a wrapper's kernels (g++ through codecache.py)
+  build.py          g++ and the ISA levels: compile command, cache key, build, load (cached by
+                    codecache.py)
+  async_compile.py  parallel compilation of a wrapper's kernels
   call.py           the call extension: Python runs an entry on the data pointers (ctypes fallback)
   backend.py        CppBackend, the DeviceBackend of the CPU (device.py), registered here
 

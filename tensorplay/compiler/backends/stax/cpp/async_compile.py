@@ -38,7 +38,8 @@ from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
 from .... import config
 from .. import codecache
-from ..codecache import CppCompileError
+from . import build
+from .build import CppCompileError
 
 __all__ = ["AsyncCompile", "CppKernelFuture", "compile_threads", "shutdown_pool"]
 
@@ -159,7 +160,7 @@ class CppKernelFuture:
         try:
             fn = getattr(lib, self.name)
         except AttributeError:
-            key = codecache.cpp_key(self.source, self.isa, self.extra)
+            key = build.cpp_key(self.source, self.isa, self.extra)
             raise CppCompileError(
                 f"the compiled library has no function {self.name!r} "
                 f"(is it declared extern \"C\"?)",
@@ -193,7 +194,7 @@ class AsyncCompile:
         resolves to the loaded library (``name`` then only labels errors); ``entry``: the source
         also defines ``extern "C" void <entry>(void* const* p)`` (cpp/wrapper.py: kernel_entry)
         and the placeholder resolves to a function of the data pointers as ints that calls it."""
-        isa = codecache.cpu_isa()  # resolved here, once, not by racing workers
+        isa = build.cpu_isa()  # resolved here, once, not by racing workers
         ext = None
         if entry is not None:   # the call extension builds (first time only) while the kernel does
             if self._ext is None:
@@ -204,19 +205,19 @@ class AsyncCompile:
         n = compile_threads()
         if n == 0:
             try:
-                fut.set_result(codecache.load_cpp(source, isa, extra))
+                fut.set_result(build.load_cpp(source, isa, extra))
             except BaseException as e:  # noqa: BLE001 - re-raised just below with the name
                 fut.set_exception(e)
             ph = CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)
             ph.result()  # synchronous mode: raise now, at the kernel's line in the wrapper
             return ph
-        key = codecache.cpp_key(source, isa, extra)
-        lib = codecache._libs.get(key)
+        key = build.cpp_key(source, isa, extra)
+        lib = build._libs.get(key)
         if lib is not None:  # already loaded in this process: no trip through the pool
             codecache._count("cpp_hits")
             fut.set_result(lib)
         else:
-            fut = _get_pool(n).submit(codecache.load_cpp, source, isa, extra)
+            fut = _get_pool(n).submit(build.load_cpp, source, isa, extra)
         return CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)
 
     def cpp_library(self, source: str, label: str, *, extra=()) -> CppKernelFuture:

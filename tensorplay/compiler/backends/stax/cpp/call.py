@@ -3,7 +3,7 @@
 ``tp_stax_call`` is a tiny CPython extension (``METH_FASTCALL``): ``call(entry_address, ptr0, ptr1,
 ...)`` runs ``entry((void*[]){ptr0, ...})`` with the data pointers converted on the C stack and the
 GIL released around the call.  It is compiled once per Python ABI and cached like every library
-(codecache.py).  If it cannot be built (no ``Python.h``), ctypes with a pointer array built per
+(build.py).  If it cannot be built (no ``Python.h``), ctypes with a pointer array built per
 call is used instead, with one warning.  Both wrappers call kernels through it: the Python wrapper
 one entry per kernel (``kernel_entry`` of cpp/wrapper.py), the C++ wrapper one entry per segment.
 """
@@ -15,6 +15,7 @@ import sysconfig
 import threading
 import warnings
 
+from . import build
 from .. import codecache
 
 __all__ = ["submit_call_extension", "bind_entries", "load_call_extension"]
@@ -97,7 +98,7 @@ def load_call_extension():
         call = None
         try:
             src, extra = _ext_compile_args()
-            lib = codecache.load_cpp(src, "scalar", extra)
+            lib = build.load_cpp(src, "scalar", extra)
             loader = ExtensionFileLoader(_EXT_NAME, lib._name)
             mod = module_from_spec(spec_from_loader(_EXT_NAME, loader))
             loader.exec_module(mod)

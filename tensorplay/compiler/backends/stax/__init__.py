@@ -6,7 +6,7 @@ Read in pipeline order:
   ir.py               values as functions (Pointwise, Reduction), buffers, views
   lowering.py         GraphLowering: op-level graph -> loop-level IR; fallbacks
   op_lowerings/       register_lowering, the pointwise helper, one rule per op (a module per op family)
-  choices.py          heuristics: materialisation, can_fuse, score_fusion, parallel depth
+  choices.py          heuristics: materialisation, can_fuse, score_fusion (the CPU's: cpp/choices.py)
   scheduler.py        dependency graph, greedy fusion, local (never written) buffers
   kernel_plan.py      one KernelPlan per fused group: loops and merges, phases, accesses, bounds
   device.py           the device seam: DeviceBackend (plan, render, how the wrapper defines and calls

@@ -2,6 +2,7 @@
 
 Read in pipeline order:
 
+  choices.py        the CPU's heuristics: parallel depth, streaming stores, prefetching, schedule
   plan.py           the CPU's decisions for a KernelPlan: threads, parallel depth, vector loop,
                     column mode, accumulators; blocking.py the cascades (blocked reductions)
   kernel.py         prints a plan as one C++ function (tp::Vec vectors, OpenMP); ops.py the C++ of

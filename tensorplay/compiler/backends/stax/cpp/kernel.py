@@ -39,7 +39,7 @@ import sympy
 import torch
 
 from .... import config
-from .. import choices
+from . import choices
 from ..ir import Unsupported
 from ..kernel_plan import KernelPlan
 from ..ops_handler import set_handler

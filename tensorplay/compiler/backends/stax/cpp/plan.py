@@ -25,7 +25,7 @@ import math
 import torch
 
 from .... import config
-from .. import choices
+from . import choices
 from ..ir import Unsupported
 from . import blocking
 

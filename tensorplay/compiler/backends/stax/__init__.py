@@ -113,8 +113,11 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         return aot_backend(gm, example_inputs, fw_compiler=native, options=options, strict_native=strict_native,
                            check_native=_check_native if strict_native else None,
                            decompose_if=stax_backend.aot_decompose, bw_fallback=raw_function)
-    if any(isinstance(t, Tensor) and t.device.type != "cpu" for t in example_inputs):
-        raise StaxStrictError("the Stax CPU backend got a non-CPU tensor (Stax has no GPU backend yet)")
+    from .device import registered_devices
+    missing = sorted({t.device.type for t in example_inputs if isinstance(t, Tensor)} - set(registered_devices()))
+    if missing:   # (the CPU's is the only built-in one: Stax has no GPU backend yet)
+        raise StaxStrictError(f"Stax has no device backend for {', '.join(missing)} tensors "
+                              f"(registered: {', '.join(registered_devices())}; device.register_device_backend)")
     from . import codecache
     rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
     fallbacks = [tuple(f) for f in rec["fallbacks"]]

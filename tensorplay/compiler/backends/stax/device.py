@@ -31,11 +31,6 @@ class DeviceBackend:
     #: a short name (debug dumps, error messages)
     name = "device"
 
-    def supports(self, group) -> bool:
-        """Whether the fused group can run as a kernel of this device (it runs as an extern call
-        otherwise).  The default: every group the scheduler formed."""
-        return True
-
     def plan(self, kernel_plan):
         """The device's decisions added to a device-neutral KernelPlan (default: none)."""
         return kernel_plan

@@ -26,7 +26,8 @@ class DeviceBackend:
     """The interface of a device's code generator; subclass and override what the device needs.
 
     ``kernels`` below is the dict ``compile_graph`` builds: {group id: (kernel name, source,
-    params)}, ``params`` being {buffer name: (index, written)} in the kernel's argument order."""
+    params)}, ``params`` being {buffer name: (element type on the device, written?)} in the kernel's
+    argument order (the wrapper allocates the written ones)."""
 
     #: a short name (debug dumps, error messages)
     name = "device"

@@ -244,3 +244,17 @@ def test_registry_errors():
     with pytest.raises(TypeError):
         device.register_device_backend("cpu", object())
     assert "cpu" in device.registered_devices()
+
+
+def test_a_device_without_a_backend_is_rejected():
+    """stax_backend refuses tensors of a device no backend is registered for, naming the ones that are."""
+    from tensorplay.compiler.backends.eager import eager_backend
+    from tensorplay.compiler.backends.stax import StaxStrictError, stax_backend
+    got = {}
+
+    def capture(gm, example_inputs, **kw):
+        got["gm"] = gm
+        return eager_backend(gm, example_inputs)
+    tp.compile(lambda x: x * 2, backend=capture)(tp.randn(3))
+    with pytest.raises(StaxStrictError, match="no device backend for meta tensors .registered: cpu"):
+        stax_backend(got["gm"], [tp.from_torch(torch.empty(3, device="meta"))])

@@ -5,7 +5,7 @@ tensor objects each call, §2.4); tp.compile with fresh tensors each call (key +
 eager; torch.compile (same tensors).  Target: first-level entry ≤ 5 µs.
 
 With the Stax backend the same variants also run with ``options={"stax.cpp_wrapper": True}`` (one
-C++ entry per graph, codegen/cpp_wrapper.py), and the generated modules' ``call(args)`` is timed
+C++ entry per graph, cpp/wrapper.py), and the generated modules' ``call(args)`` is timed
 directly for both wrappers ("wrapper only": guard checks, allocation, the foreign call(s), no
 front end).  Ratios are paired: reading i of a variant over reading i of the reference variant
 (interleaved, so both saw the same machine), median [95% CI] over the readings.
@@ -96,7 +96,7 @@ def call_mechanisms(repeats, number):
     """ns per foreign call of one C++ entry with two data pointers, interleaved."""
     import ctypes
 
-    from tensorplay.compiler.backends.stax.codegen.cpp_wrapper import load_call_extension
+    from tensorplay.compiler.backends.stax.cpp.call import load_call_extension
     x = tp.from_torch(torch.randn(8))
     cc = tp.compile(lambda x: x * 2 + 1, options={"stax.cpp_wrapper": True})
     cc(x)
@@ -113,7 +113,7 @@ def call_mechanisms(repeats, number):
     cp(x)
     cp(x)
     fn_py = cp._cache[0].artifact.module.kernel0
-    from tensorplay.compiler.backends.stax.async_compile import AsyncCompile
+    from tensorplay.compiler.backends.stax.cpp.async_compile import AsyncCompile
     fn2 = AsyncCompile().cpp('extern "C" void kx(const float* __restrict__ x, float* __restrict__ y) '
                              '{ for (int i = 0; i < 8; ++i) y[i] = x[i] * 2.0f + 1.0f; }', "kx").result()
     Arr = ctypes.c_void_p * 2

@@ -145,9 +145,10 @@ def test_environment_is_read_at_use_and_parsed_by_type(monkeypatch):
 
 def test_chapter_names_in_choices_are_views_of_the_knobs():
     from tensorplay.compiler.backends.stax import choices
+    from tensorplay.compiler.backends.stax.cpp import choices as cpu_choices
     with config.patch({"stax.max_inline_ops": 7, "stax.cpp.stream_min_bytes": 64}):
-        assert choices.MAX_INLINE_OPS == 7 and choices.STREAM_STORE_MIN_BYTES == 64
-    assert choices.MAX_INLINE_OPS == 24 and choices.STREAM_STORE_MIN_BYTES >= 1 << 20
+        assert choices.MAX_INLINE_OPS == 7 and cpu_choices.STREAM_STORE_MIN_BYTES == 64
+    assert choices.MAX_INLINE_OPS == 24 and cpu_choices.STREAM_STORE_MIN_BYTES >= 1 << 20
     with pytest.raises(AttributeError, match=r"config.patch\(\{'stax.horizontal_fusion': False\}\)"):
         choices.HORIZONTAL_FUSION = False
 

@@ -4,7 +4,9 @@
   except the files listed below, each with its reason;
 * the modules of ``tensorplay.compiler`` import each other without cycles -- a function-level
   (deferred) import counts as much as a module-level one, and importing ``a.b.c`` imports ``a.b``
-  first -- except the one cycle listed below, with its reason;
+  first -- except the cycles listed below, each with its reason;
+* nothing at the root of Stax (its modules outside a device backend's package) imports a device
+  backend: the device seam (device.py) is the only door, and a backend registers itself;
 * no module of the compiler hard-codes a list of op names (a tuple, list, set or dict of three or
   more string literals that name ops of the table): op facts are tags and fields of the op table,
   and which ops a rule serves follows from them.
@@ -26,16 +28,10 @@ MAX_LINES = 1000
 SOURCE_ROOTS = ("tensorplay", "benchmarks", "examples", "tools")
 SOURCE_SUFFIXES = (".py", ".h", ".hpp", ".c", ".cc", ".cpp")
 #: files allowed over MAX_LINES, with the reason (the lead removes an entry once its file is split)
-LONG_FILES = {
-    "tensorplay/compiler/backends/stax/codegen/cpp_prelude.h": "being split by topic (the cpp package)",
-}
+LONG_FILES: dict = {}
 
 #: import cycles allowed in tensorplay.compiler (as sets of modules), with the reason
-_STAX = "tensorplay.compiler.backends.stax."
-ALLOWED_CYCLES = {
-    frozenset(_STAX + m for m in ("codegen.wrapper", "codegen.cpp_wrapper", "async_compile", "codecache")):
-        "goes with the move of the C++ build, wrapper and call extension into the cpp/ package",
-}
+ALLOWED_CYCLES: dict = {}
 
 #: lists of op names the compiler may keep: (module, the names) -> reason
 RULES = "tensorplay/compiler/backends/stax/op_lowerings/"
@@ -139,6 +135,27 @@ def test_compiler_imports_have_no_cycles():
         "\n".join(cycles[:20])
     stale = [sorted(c) for c in ALLOWED_CYCLES if c not in found]
     assert not stale, f"allowed cycles that no longer exist (remove them from ALLOWED_CYCLES): {stale}"
+
+
+_STAX = "tensorplay.compiler.backends.stax"
+#: the packages of Stax's device backends (each registers itself with device.register_device_backend)
+DEVICE_BACKENDS = (_STAX + ".cpp",)
+
+
+def _in(m, pkg):
+    return m == pkg or m.startswith(pkg + ".")
+
+
+def test_stax_root_imports_no_device_backend():
+    """The scheduler, the plans, the wrapper, the cache... (Stax outside ``cpp/``) are device-neutral:
+    none imports a device backend, at module level or in a function; ``tensorplay.compiler``
+    imports the built-in one (which registers itself)."""
+    g = import_graph()
+    assert g.has_edge(_STAX + ".cpp.backend", _STAX + ".device")     # the graph sees the backends
+    bad = [f"{a} -> {b} (line {d['line']})" for a, b, d in g.edges(data=True)
+           if _in(a, _STAX) and not any(_in(a, p) for p in DEVICE_BACKENDS)
+           and any(_in(b, p) for p in DEVICE_BACKENDS)]
+    assert not bad, "Stax's root imports a device backend (go through device.py):\n" + "\n".join(bad)
 
 
 # ---------------------------------------------------------------------------------------------

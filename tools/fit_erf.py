@@ -1,4 +1,4 @@
-"""Fit the float32 erf table of ``cpp_prelude.h`` (``fp<float>::erf_tab_c`` / ``erf_tab_p``);
+"""Fit the float32 erf table of ``cpp/tp_math.h`` (``fp<float>::erf_tab_c`` / ``erf_tab_p``);
 ``fit_table`` also serves ``tools/fit_tanh.py``.
 
 The table has eight entries, chosen per lane by ``i = trunc(2|x|)``:

@@ -1,4 +1,4 @@
-"""Fit the float32 tanh table of ``cpp_prelude.h`` (``fp<float>::tanh_tab_c`` / ``tanh_tab_p``).
+"""Fit the float32 tanh table of ``cpp/tp_math.h`` (``fp<float>::tanh_tab_c`` / ``tanh_tab_p``).
 
 Same scheme as ``tools/fit_erf.py``, with sixteen entries chosen per lane by ``i = trunc(2 min(|x|,
 7.75))``: entry 0, ``|x| < 1/2``: ``tanh(x) = x + x P_0(x^2)``; entry i = 1..15, ``|x|`` in

@@ -18,6 +18,7 @@ from .api import (BackendCompilerError, Compiled, CompiledFunction, GuardError, 
                   compile, explain, list_mode_options, reset)
 from .backends.registry import list_backends, lookup_backend, register_backend
 from .backends import eager as _eager, stax as _stax  # noqa: F401  (register "eager", "aot_eager", "stax")
+from .backends.stax import cpp as _stax_cpp  # noqa: F401  (the CPU device backend of Stax)
 from .backends.debugging import locate_error
 from .capture.proxy import CaptureError
 

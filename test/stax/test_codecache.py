@@ -19,8 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from tensorplay.compiler.backends.stax import async_compile as ac
+from tensorplay.compiler.backends.stax.cpp import async_compile as ac
 from tensorplay.compiler.backends.stax import codecache as cc
+from tensorplay.compiler.backends.stax.cpp import build as cb
 
 pytestmark = pytest.mark.skipif(shutil.which("g++") is None, reason="needs g++")
 
@@ -59,7 +60,7 @@ def probes_dir(tmp_path_factory):
     os.environ["TP_CACHE_DIR"] = str(d)
     try:
         cc.clear_memo()
-        cc.cpu_isa()
+        cb.cpu_isa()
     finally:
         os.environ.pop("TP_CACHE_DIR")
         os.environ.update({k: v for k, v in old.items() if v is not None})
@@ -113,13 +114,14 @@ def failing_cxx(tmp_path):
 # start time, loads every source (function `k`) and prints the results and its counters.
 CHILD = r"""
 import ctypes, importlib.util, json, sys, time
-spec = importlib.util.spec_from_file_location("tp_codecache_child", sys.argv[1])
-cc = importlib.util.module_from_spec(spec); spec.loader.exec_module(cc)
+spec = importlib.util.spec_from_file_location("tp_build_child", sys.argv[1])
+cb = importlib.util.module_from_spec(spec); spec.loader.exec_module(cb)
+cc = cb.codecache
 job = json.load(open(sys.argv[2]))
 time.sleep(max(0.0, job.get("start_at", 0.0) - time.time()))
 results = []
 for src in job["sources"]:
-    f = cc.load_cpp(src).k
+    f = cb.load_cpp(src).k
     f.restype = None
     arr = (ctypes.c_float * 4)(1.0, -2.0, 3.5, 0.25)
     f(arr, ctypes.c_long(4))
@@ -134,7 +136,7 @@ def spawn(tmp_path, sources, env_extra=None, start_at=0.0, tag="job"):
     job = tmp_path / f"{tag}.json"
     job.write_text(json.dumps({"sources": sources, "start_at": start_at}))
     env = dict(os.environ, **(env_extra or {}))
-    return subprocess.Popen([sys.executable, str(child), cc.__file__, str(job)], env=env,
+    return subprocess.Popen([sys.executable, str(child), cb.__file__, str(job)], env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
@@ -161,25 +163,25 @@ def test_cache_dir_env_and_default(tmp_path, monkeypatch, cache):
 
 
 def test_isa_and_compile_command(monkeypatch):
-    isa = cc.cpu_isa()
-    assert isa in cc.ISA_LEVELS
-    assert cc.isa_flags("scalar") == ["-DTP_SCALAR"]
-    assert "-DTP_VEC_BYTES=64" in cc.isa_flags("avx512")
-    assert "-DTP_VEC_BYTES=32" in cc.isa_flags("avx2")
+    isa = cb.cpu_isa()
+    assert isa in cb.ISA_LEVELS
+    assert cb.isa_flags("scalar") == ["-DTP_SCALAR"]
+    assert "-DTP_VEC_BYTES=64" in cb.isa_flags("avx512")
+    assert "-DTP_VEC_BYTES=32" in cb.isa_flags("avx2")
     with pytest.raises(ValueError):
-        cc.isa_flags("avx1024")
-    cmd = cc.cpp_compile_command(Path("a.cpp"), Path("a.so"), isa)
+        cb.isa_flags("avx1024")
+    cmd = cb.cpp_compile_command(Path("a.cpp"), Path("a.so"), isa)
     assert cmd[:10] == ["g++", "-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp",
-                       "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", *cc.isa_flags(isa)[:1]]
+                       "-fno-math-errno", "-fno-trapping-math", "-ffp-contract=off", *cb.isa_flags(isa)[:1]]
     assert cmd[-3:] == ["a.cpp", "-o", "a.so"]
-    assert f"-I{cc.PRELUDE_DIR}" in cmd
+    assert f"-I{cb.PRELUDE_DIR}" in cmd
     assert not any("fast-math" in c for c in cmd)  # invariant 3
-    assert cc.compiler_version().startswith("g++")
+    assert cb.compiler_version().startswith("g++")
     monkeypatch.setenv("TP_CPU_ISA", "sse")
-    assert cc.cpu_isa() == "sse"
+    assert cb.cpu_isa() == "sse"
     monkeypatch.setenv("TP_CPU_ISA", "mmx")
     with pytest.raises(ValueError, match="TP_CPU_ISA"):
-        cc.cpu_isa()
+        cb.cpu_isa()
 
 
 def test_isa_detection_is_persisted(cache, counting_cxx, monkeypatch):
@@ -187,11 +189,11 @@ def test_isa_detection_is_persisted(cache, counting_cxx, monkeypatch):
     script, log = counting_cxx
     shutil.rmtree(cache / "probes")
     monkeypatch.setenv("TP_CXX", str(script))
-    isa = cc.cpu_isa()
+    isa = cb.cpu_isa()
     n = len(log.read_text().splitlines())
     assert n >= 1  # --version (+ the probe compiles, unless the CPU is scalar-only)
     cc.clear_memo()
-    assert cc.cpu_isa() == isa
+    assert cb.cpu_isa() == isa
     assert len(log.read_text().splitlines()) == n  # nothing ran the second time
 
 
@@ -201,9 +203,9 @@ def test_isa_detection_is_persisted(cache, counting_cxx, monkeypatch):
 
 def test_content_addressing(cache, monkeypatch, counting_cxx):
     src = kernel_src("addr")
-    lib = cc.load_cpp(src)
+    lib = cb.load_cpp(src)
     assert run_kernel(lib.k) == expected(2.0)
-    key = cc.cpp_key(src)
+    key = cb.cpp_key(src)
     assert len(key) == 64 and int(key, 16) >= 0
     d = cache / key[:2] / key
     assert cc.entry_dir(key) == d
@@ -211,23 +213,23 @@ def test_content_addressing(cache, monkeypatch, counting_cxx):
         ["kernel.cpp", "kernel.so", "kernel.so.sha256"]
     assert (d / "kernel.cpp").read_text() == src
     # same source -> same key and folder; nothing new is compiled
-    assert cc.cpp_key(src) == key
-    assert cc.load_cpp(src) is lib
+    assert cb.cpp_key(src) == key
+    assert cb.load_cpp(src) is lib
     assert cc.stats["cpp_compiles"] == 1
     # a different source, ISA, or TP_CXXFLAGS -> a different key
-    keys = {key, cc.cpp_key(kernel_src("addr", 3.0)), cc.cpp_key(src, "scalar"),
-            cc.cpp_key(src, "sse")}
+    keys = {key, cb.cpp_key(kernel_src("addr", 3.0)), cb.cpp_key(src, "scalar"),
+            cb.cpp_key(src, "sse")}
     monkeypatch.setenv("TP_CXXFLAGS", "-DSOMETHING=1")
-    keys.add(cc.cpp_key(src))
+    keys.add(cb.cpp_key(src))
     assert len(keys) == 5
     monkeypatch.delenv("TP_CXXFLAGS")
     # the key names the compiler by its version, not its path or the cache location
     script, _ = counting_cxx
     monkeypatch.setenv("TP_CXX", str(script))
-    assert cc.cpp_key(src) == key
+    assert cb.cpp_key(src) == key
     monkeypatch.delenv("TP_CXX")
     monkeypatch.setenv("TP_CACHE_DIR", str(cache.parent / "elsewhere"))
-    assert cc.cpp_key(src) == key
+    assert cb.cpp_key(src) == key
     assert tmp_files(cache) == []
 
 
@@ -235,16 +237,16 @@ def test_headers_are_part_of_the_key(tmp_path, monkeypatch):
     """Prop. 11.1 needs build to be pure: the prelude's content, not only its path, is keyed."""
     inc = tmp_path / "codegen"
     inc.mkdir()
-    monkeypatch.setattr(cc, "PRELUDE_DIR", inc)
+    monkeypatch.setattr(cb, "PRELUDE_DIR", inc)
     src = '#include "cpp_prelude.h"\nextern "C" void k(float* x, long n) ' \
           '{ for (long i = 0; i < n; ++i) x[i] = x[i] * TP_SCALE + 1.0f; }\n'
     (inc / "cpp_prelude.h").write_text("#define TP_SCALE 2.0f\n")
-    k1 = cc.cpp_key(src)
-    assert run_kernel(cc.load_cpp(src).k) == expected(2.0)
+    k1 = cb.cpp_key(src)
+    assert run_kernel(cb.load_cpp(src).k) == expected(2.0)
     (inc / "cpp_prelude.h").write_text("#define TP_SCALE 3.0f\n")
-    k2 = cc.cpp_key(src)
+    k2 = cb.cpp_key(src)
     assert k2 != k1
-    assert run_kernel(cc.load_cpp(src).k) == expected(3.0)
+    assert run_kernel(cb.load_cpp(src).k) == expected(3.0)
     assert cc.stats["cpp_compiles"] == 2
 
 
@@ -254,7 +256,7 @@ def test_threads_compile_each_kernel_once():
 
     def go():
         try:
-            libs.append(cc.load_cpp(src))
+            libs.append(cb.load_cpp(src))
         except Exception as e:  # pragma: no cover
             errs.append(e)
 
@@ -274,24 +276,24 @@ def test_threads_compile_each_kernel_once():
 def test_warm_cache_in_process_never_compiles(cache, monkeypatch, failing_cxx):
     srcs = [kernel_src(f"warm{i}", float(i)) for i in range(3)]
     for s in srcs:
-        cc.load_cpp(s)
+        cb.load_cpp(s)
     assert cc.stats["cpp_compiles"] == 3
     cc.clear_memo()  # as if the process had just started (libraries stay on disk)
     script, log = failing_cxx
     monkeypatch.setenv("TP_CXX", str(script))
     for i, s in enumerate(srcs):
-        assert run_kernel(cc.load_cpp(s).k) == expected(float(i))
+        assert run_kernel(cb.load_cpp(s).k) == expected(float(i))
     assert cc.stats["cpp_compiles"] == 3
     assert log.read_text() == ""  # no compile attempt
     # and a cold kernel really does need the (failing) compiler
-    with pytest.raises(cc.CppCompileError, match="refusing to compile"):
-        cc.load_cpp(kernel_src("cold"))
+    with pytest.raises(cb.CppCompileError, match="refusing to compile"):
+        cb.load_cpp(kernel_src("cold"))
 
 
 def test_warm_cache_new_process_with_failing_compiler(tmp_path, failing_cxx):
     srcs = [kernel_src(f"newproc{i}", float(i)) for i in range(2)]
     for s in srcs:
-        cc.load_cpp(s)
+        cb.load_cpp(s)
     script, log = failing_cxx
     out = run_child(tmp_path, srcs, {"TP_CXX": str(script)})
     assert out["results"] == [expected(0.0), expected(1.0)]
@@ -334,7 +336,7 @@ def test_four_processes_compile_each_kernel_once(tmp_path, cache):
         order = (scales[r:] + scales[:r]) if r < 3 else scales
         assert out["results"] == [expected(s) for s in order]
     compiles = [ln for ln in log.read_text().splitlines() if "-shared" in ln]
-    keys = [cc.cpp_key(s) for s in srcs]
+    keys = [cb.cpp_key(s) for s in srcs]
     assert len(compiles) == 3
     for k in keys:
         assert sum(k in ln for ln in compiles) == 1
@@ -350,7 +352,7 @@ def test_four_processes_compile_each_kernel_once(tmp_path, cache):
 def _entry_made_elsewhere(tmp_path, src, tag):
     """Build an entry in a child process, so this process has never dlopen'ed that file."""
     run_child(tmp_path, [src], tag=tag)
-    return cc.entry_dir(cc.cpp_key(src))
+    return cc.entry_dir(cb.cpp_key(src))
 
 
 @pytest.mark.parametrize("damage", ["truncate", "corrupt", "garbage_with_checksum", "no_checksum"])
@@ -373,7 +375,7 @@ def test_damaged_library_is_rebuilt(tmp_path, cache, damage):
         (d / "kernel.so.sha256").write_text(hashlib.sha256(so.read_bytes()).hexdigest())
     else:
         (d / "kernel.so.sha256").unlink()
-    assert run_kernel(cc.load_cpp(src).k) == expected(5.0)
+    assert run_kernel(cb.load_cpp(src).k) == expected(5.0)
     assert cc.stats["cpp_compiles"] == 1
     import hashlib
     assert (d / "kernel.so.sha256").read_text().strip() == \
@@ -388,8 +390,8 @@ def test_damaged_library_is_rebuilt(tmp_path, cache, damage):
 
 def test_compile_error_carries_stderr_and_source(cache):
     src = 'extern "C" void k(float* x, long n) { x[0] = undeclared_thing; }\n'
-    with pytest.raises(cc.CppCompileError) as ei:
-        cc.load_cpp(src)
+    with pytest.raises(cb.CppCompileError) as ei:
+        cb.load_cpp(src)
     e = ei.value
     msg = str(e)
     assert "undeclared_thing" in msg and "error" in msg  # the compiler's own words
@@ -429,7 +431,7 @@ def test_write_py_and_load_py(cache):
 
 WRAPPER = '''"""A wrapper module in the style of listing 8.1: C++ kernels embedded as strings."""
 import ctypes
-from tensorplay.compiler.backends.stax.async_compile import AsyncCompile
+from tensorplay.compiler.backends.stax.cpp.async_compile import AsyncCompile
 async_compile = AsyncCompile()
 
 kernel0 = async_compile.cpp(r\'\'\'{k0}\'\'\', 'kernel0')
@@ -502,13 +504,13 @@ def test_async_compile_errors_name_the_kernel(monkeypatch):
     scope = {"good": a.cpp(kernel_src("good", 1.0, "good"), "good"),
              "bad": a.cpp('extern "C" void bad(float* x, long n) { nope(); }', "bad"),
              "nosym": a.cpp(kernel_src("nosym", 1.0, "k"), "nosym")}
-    with pytest.raises(cc.CppCompileError) as ei:
+    with pytest.raises(cb.CppCompileError) as ei:
         a.wait(scope)
     msg = str(ei.value)
     assert "kernel 'bad'" in msg and "nope" in msg and "'nosym'" in msg
     assert ei.value.kernel_name == "bad"
     assert isinstance(scope["good"], ctypes._CFuncPtr)  # the good one is resolved anyway
-    with pytest.raises(cc.CppCompileError, match="no function 'nosym'"):
+    with pytest.raises(cb.CppCompileError, match="no function 'nosym'"):
         scope["nosym"].result()
 
 
@@ -528,12 +530,12 @@ def test_async_compile_entry_takes_data_pointers(monkeypatch, mechanism):
     """``cpp(..., entry=)``: the placeholder resolves to a function of the data pointers as ints
     that runs the kernel through its pointer-array entry (the Python wrapper's kernel calls); a
     kernel's run-time error is raised after the call; ctypes when the call extension is missing."""
-    from tensorplay.compiler.backends.stax.codegen import cpp_wrapper
+    from tensorplay.compiler.backends.stax.cpp import call as cpp_call, wrapper as cpp_wrapper
     import torch
 
     from tensorplay.compiler.backends.stax.runtime import KernelZeroDivisionError
     if mechanism == "ctypes":
-        monkeypatch.setattr(cpp_wrapper, "_ext_state", {"call": None})
+        monkeypatch.setattr(cpp_call, "_ext_state", {"call": None})
     params = {"x": ("float", False), "y": ("float", True), "d": ("int64_t", False)}
     src = _ENTRY_SRC + f"// {mechanism}\n" + cpp_wrapper.kernel_entry("kd", params)
     scope = {"kd": ac.AsyncCompile().cpp(src, "kd", entry="kd_entry")}
@@ -559,7 +561,7 @@ def test_async_compile_synchronous_mode(monkeypatch):
     scope = {"ks": ph}
     a.wait(scope)
     assert run_kernel(scope["ks"]) == expected(4.0)
-    with pytest.raises(cc.CppCompileError, match="kernel 'kbad'"):  # raised at once
+    with pytest.raises(cb.CppCompileError, match="kernel 'kbad'"):  # raised at once
         a.cpp('extern "C" void kbad() { syntax error }', "kbad")
 
 
@@ -570,8 +572,8 @@ def test_compiler_output_is_a_warning_and_kept(tmp_path, monkeypatch):
     monkeypatch.setenv("TP_CACHE_DIR", str(tmp_path))
     monkeypatch.setenv("TP_CXXFLAGS", "-Wall")
     src = 'extern "C" int tp_noisy(int x) { int unused_var = x; return 2 * x; }\n'
-    with pytest.warns(cc.CompilerOutputWarning, match="unused_var"):
-        lib = cc.load_cpp(src, "scalar")
+    with pytest.warns(cb.CompilerOutputWarning, match="unused_var"):
+        lib = cb.load_cpp(src, "scalar")
     lib.tp_noisy.restype = ctypes.c_int
     assert lib.tp_noisy(21) == 42
     kept = list(tmp_path.rglob("compiler_output.txt"))

@@ -6,8 +6,8 @@ import time
 
 import pytest
 
-from tensorplay.compiler.backends.stax import async_compile as ac
-from tensorplay.compiler.backends.stax import codecache
+from tensorplay.compiler.backends.stax.cpp import async_compile as ac
+from tensorplay.compiler.backends.stax.cpp import build
 
 pytestmark = pytest.mark.usefixtures("stax_cache")
 
@@ -23,7 +23,7 @@ def _wait_for(monkeypatch, config_patch, n, seconds, env):
     monkeypatch.setenv("TP_COMPILE_PROGRESS", env)
     monkeypatch.setenv("TP_COMPILE_THREADS", "4")
     config_patch("stax.compile_progress_delay_s", 0.2)
-    monkeypatch.setattr(codecache, "load_cpp", _slow_build(seconds))
+    monkeypatch.setattr(build, "load_cpp", _slow_build(seconds))
     err = io.StringIO()
     monkeypatch.setattr(ac.sys, "stderr", err)
     comp = ac.AsyncCompile()

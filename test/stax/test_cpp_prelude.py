@@ -1,9 +1,9 @@
-"""Tests of the Stax C++ vector library, ``codegen/cpp_prelude.h``.
+"""Tests of the Stax C++ vector library, ``cpp/cpp_prelude.h``.
 
 A small C++ file of ``extern "C"`` array functions built on the prelude is compiled once per
 variant (module-scoped fixture) with the flags the Stax compiler uses, and called through ctypes.
 The variants are widths on the *host target* -- the target flags of the code cache's ISA level
-(``codecache.cpu_isa()``, which ``TP_CPU_ISA`` forces: ``TP_CPU_ISA=avx2`` builds every variant as an
+(``cpp/build.py``: ``cpu_isa()``, which ``TP_CPU_ISA`` forces: ``TP_CPU_ISA=avx2`` builds every variant as an
 AVX2-only machine would, ``sse`` as an SSE4.2 machine, ``scalar`` for plain x86-64):
 
 * ``w64``     -- host target, ``-DTP_VEC_BYTES=64`` (16 lanes; double = 2 registers; without AVX-512
@@ -41,10 +41,10 @@ import numpy as np
 import pytest
 import torch
 
-from tensorplay.compiler.backends.stax import codecache as cc
+from tensorplay.compiler.backends.stax.cpp import build as cc
 
 REPO = Path(__file__).resolve().parents[2]
-PRELUDE_DIR = REPO / "tensorplay" / "compiler" / "backends" / "stax" / "codegen"
+PRELUDE_DIR = REPO / "tensorplay" / "compiler" / "backends" / "stax" / "cpp"
 PRELUDE = PRELUDE_DIR / "cpp_prelude.h"
 CXX = os.environ.get("TP_CXX", "g++")
 BASE = ["-O3", "-std=c++17", "-shared", "-fPIC", "-fopenmp", "-fno-math-errno", "-fno-trapping-math"]

@@ -1,4 +1,4 @@
-"""The C++ wrapper (option ``stax.cpp_wrapper``, codegen/cpp_wrapper.py).
+"""The C++ wrapper (option ``stax.cpp_wrapper``, cpp/wrapper.py).
 
 Each graph is compiled twice, with the Python wrapper and with the C++ wrapper (staged API: the
 artifacts run directly, never the capture), and the results must be equal bit for bit; both are
@@ -17,7 +17,8 @@ import torch
 
 import tensorplay as tp
 from tensorplay.compiler.backends.stax import codecache
-from tensorplay.compiler.backends.stax.codegen import cpp_wrapper
+from tensorplay.compiler.backends.stax.cpp import build
+from tensorplay.compiler.backends.stax.cpp import call as cpp_call
 
 
 pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py
@@ -186,9 +187,9 @@ def test_guard_misses_recompile():
 
 def test_ctypes_fallback_matches(monkeypatch):
     """Without the call extension, ctypes calls the same entry (and gives the same bits)."""
-    monkeypatch.setattr(cpp_wrapper, "_ext_state", {"call": None})
+    monkeypatch.setattr(cpp_call, "_ext_state", {"call": None})
     art = both(lambda x: (x - 1) * x, T(7, 3))   # a graph no other test loads (modules are memoised)
-    assert art.artifact.module._call is cpp_wrapper._ctypes_call
+    assert art.artifact.module._call is cpp_call._ctypes_call
 
 
 def _ex11(x, w):
@@ -251,7 +252,7 @@ def test_compile_log_records_compiler_runs(tmp_path, monkeypatch):
     monkeypatch.setenv("TP_CACHE_DIR", str(tmp_path / "c"))
     codecache.clear_memo()
     before = codecache.stats["compiler_runs"]
-    codecache.load_cpp('extern "C" void tp_log_probe(float* x) { x[0] += 1.0f; }', "scalar")
+    build.load_cpp('extern "C" void tp_log_probe(float* x) { x[0] += 1.0f; }', "scalar")
     lines = log.read_text().splitlines()
     assert codecache.stats["compiler_runs"] - before == len(lines) >= 1
     assert any("-shared" in ln for ln in lines)

@@ -1,4 +1,4 @@
-"""Kernel plans (kernel_plan.py, codegen/cpp_plan.py): the chapter's examples 1.1, 7.1 and 7.2 are
+"""Kernel plans (kernel_plan.py, cpp/plan.py): the chapter's examples 1.1, 7.1 and 7.2 are
 planned -- loops and their merges, phases, placements, where values live, reduction kinds, every
 buffer read and written with its index expression -- without generating any C++ (the printer is
 patched to raise), and ``TP_STAX_DEBUG=plan`` prints the plans.
@@ -13,7 +13,7 @@ import tensorplay as tp
 from tensorplay.compiler import config
 from tensorplay.compiler.backends.eager import eager_backend
 from tensorplay.compiler.backends.stax import plan_graph
-from tensorplay.compiler.backends.stax.codegen import cpp, cpp_plan
+from tensorplay.compiler.backends.stax.cpp import kernel as cpp, plan as cpp_plan
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
 from read_generated_code import ex11, ex71, ex72  # noqa: E402  (the chapter's examples, experiment 2)

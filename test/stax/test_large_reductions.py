@@ -103,7 +103,7 @@ def test_magnitude_bounds_every_partial_sum():
     assert magnitude(sympy.Mod(a + 1, 3), r) == 2 ** 31
 
 
-# ---- accuracy of long floating-point sums: the cascade of codegen/blocking.py ----------------------
+# ---- accuracy of long floating-point sums: the cascade of cpp/blocking.py ----------------------
 # Regression: every vector lane summed all of its terms in one float32 register, which stops
 # growing at 2^24: ones(1, 2**30).sum(-1) gave 2^28 (eager: 2^30).  The model (blocking.py): the
 # compiled sum of n terms is within c·u·Σ|a_i| of the exact sum, c = blocking.error_factor (the
@@ -121,7 +121,7 @@ def _twice(f, *args):
 
 def _factor(v, passes=1, nacc=2, column=False):
     """The largest error factor over the vector widths a kernel may be built for."""
-    from tensorplay.compiler.backends.stax.codegen import blocking
+    from tensorplay.compiler.backends.stax.cpp import blocking
     return max(blocking.error_factor(v, passes, nacc=nacc, lanes=lanes, column=column) for lanes in (4, 8, 16))
 
 

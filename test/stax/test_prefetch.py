@@ -1,5 +1,5 @@
 """Block prefetch and split loads of a cheap loop's read streams from memory
-(``choices.prefetch_chunk``, ``choices.split_loads``).
+(``cpp/choices.py``: ``prefetch_chunk``, ``split_loads``).
 
 With split loads on (the default), a cheap loop reading from memory loads its streams with
 ``Vec::load_split`` (each 64-byte chunk as two 32-byte loads) and gets no block prefetch; with
@@ -12,7 +12,7 @@ each stream at the start of every chunk (``tp::prefetch_block``).  The tests low
 memory" size to one byte so that small tensors qualify, check which loops get the prefetch, and
 check the results against eager under the error model and bit for bit against the same program
 compiled without it (a prefetch is a hint: it never changes a value).  Also the other choice for
-memory-bound kernels: the schedule clause of their parallel loops (``choices.omp_schedule``).
+memory-bound kernels: the schedule clause of their parallel loops (``cpp/choices.py``: ``omp_schedule``).
 """
 import re
 
@@ -21,7 +21,7 @@ import torch
 
 import tensorplay as tp
 from tensorplay.compiler import config
-from tensorplay.compiler.backends.stax import choices
+from tensorplay.compiler.backends.stax.cpp import choices   # the CPU heuristics
 from test_stax_ops import run_native
 
 pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py

@@ -17,7 +17,7 @@ import torch
 import tensorplay as tp
 import tensorplay.nn.functional as F
 from tensorplay.compiler import config
-from tensorplay.compiler.backends.stax import choices
+from tensorplay.compiler.backends.stax.cpp import choices   # the CPU heuristics
 from test_stax_ops import check_error_model, run_native
 
 pytestmark = pytest.mark.usefixtures("stax_cache")   # conftest.py

@@ -6,18 +6,18 @@ Read in pipeline order:
   ir.py               values as functions (Pointwise, Reduction), buffers, views
   lowering.py         GraphLowering: op-level graph -> loop-level IR; fallbacks
   op_lowerings/       register_lowering, the pointwise helper, one rule per op (a module per op family)
-  choices.py          heuristics: materialisation, can_fuse, score_fusion, parallel depth
+  choices.py          heuristics: materialisation, can_fuse, score_fusion (the CPU's: cpp/choices.py)
   scheduler.py        dependency graph, greedy fusion, local (never written) buffers
   kernel_plan.py      one KernelPlan per fused group: loops and merges, phases, accesses, bounds
-  codegen/cpp_plan.py the CPU's decisions for a plan: threads, vector loop, column mode, accumulators
-  codegen/cpp.py      prints a plan as one C++ function (tp::Vec vectors, OpenMP); cpp_ops.py the
-                      C++ of compute functions, cpp_reduce.py of accumulators, blocking.py cascades
-  codegen/cpp_prelude.h, codegen/stax_kernel.h   the vector library the kernels use
-  codegen/wrapper.py  the generated Python ``call(args)`` module
-  codegen/cpp_wrapper.py  option stax.cpp_wrapper: one C++ unit, one foreign call per graph
-  codecache.py        content-addressed disk cache (TP_CACHE_DIR), g++, file locks
-  async_compile.py    parallel compilation of a wrapper's kernels
+  device.py           the device seam: DeviceBackend (plan, render, how the wrapper defines and calls
+                      a kernel), register_device_backend(device, backend)
+  codegen/wrapper.py  the generated Python ``call(args)`` module (device-neutral)
+  codecache.py        content-addressed disk cache (TP_CACHE_DIR), file locks, compiled graphs
   debug.py            TP_STAX_DEBUG dumps of every stage (loop IR, schedule, plans, code)
+  cpp/                the CPU's backend: C++ kernels (OpenMP + SIMD), their build and call
+                      (cpp/__init__.py lists its modules); registered for "cpu" by tensorplay.compiler
+
+Nothing in this folder outside ``cpp/`` imports ``cpp/`` (test/test_layout.py checks it).
 
 ``stax_backend(gm, example_inputs)`` is registered as the ``"stax"`` backend.  Training regions (an
 input requires grad with grad mode on) go through AOT autograd (compiler/aot, docs/aot.md): the
@@ -70,21 +70,20 @@ def plan_graph(gm, example_inputs):
 
 def compile_graph(gm, example_inputs, cpp_wrapper=False):
     """Lower, schedule, plan and generate code; returns (wrapper source, graph, scheduler, kernels).
-    ``cpp_wrapper``: one C++ translation unit and entry for the kernels (codegen/cpp_wrapper.py)."""
-    from .codegen.cpp import generate_kernel
+    The kernels and how the wrapper calls them are the device backend's (device.py: that of the
+    inputs' device); ``cpp_wrapper``: on the CPU, one C++ translation unit and entry for the kernels."""
     from .codegen.wrapper import generate_wrapper
+    from .device import backend_for
+    backend = backend_for(example_inputs)
     with _scheduled(gm, example_inputs) as (graph, sched):
         kernels, plans = {}, {}
         for g, plan in _plans(sched):
             name = f"kernel{len(kernels)}"
-            src, params = generate_kernel(plan, name)
+            src, params = backend.render(plan, name)
             kernels[id(g)] = (name, src, params)
             plans[id(g)] = plan
-        if cpp_wrapper:
-            from .codegen.cpp_wrapper import generate_cpp_wrapper
-            src, materialized = generate_cpp_wrapper(graph, sched, kernels)
-        else:
-            src, materialized = generate_wrapper(graph, sched, kernels)
+        out = backend.generate_wrapper(graph, sched, kernels, cpp_wrapper=cpp_wrapper)
+        src, materialized = out if out is not None else generate_wrapper(graph, sched, kernels, backend)
         from .debug import emit
         emit(gm, graph, sched, kernels, src, plans)      # TP_STAX_DEBUG=ir,schedule,plan,code
     return src, graph, sched, materialized
@@ -114,8 +113,11 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         return aot_backend(gm, example_inputs, fw_compiler=native, options=options, strict_native=strict_native,
                            check_native=_check_native if strict_native else None,
                            decompose_if=stax_backend.aot_decompose, bw_fallback=raw_function)
-    if any(isinstance(t, Tensor) and t.device.type != "cpu" for t in example_inputs):
-        raise StaxStrictError("the Stax CPU backend got a non-CPU tensor (Stax has no GPU backend yet)")
+    from .device import registered_devices
+    missing = sorted({t.device.type for t in example_inputs if isinstance(t, Tensor)} - set(registered_devices()))
+    if missing:   # (the CPU's is the only built-in one: Stax has no GPU backend yet)
+        raise StaxStrictError(f"Stax has no device backend for {', '.join(missing)} tensors "
+                              f"(registered: {', '.join(registered_devices())}; device.register_device_backend)")
     from . import codecache
     rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
     fallbacks = [tuple(f) for f in rec["fallbacks"]]

@@ -5,11 +5,10 @@
 * :func:`can_fuse` — legality of putting two scheduler groups in one kernel (§7.3, Prop. 7.1–7.3).
 * :func:`score_fusion` — the benefit of a legal fusion, a tuple compared lexicographically:
   (shared bytes, -distance in the node order) — bytes saved first, then prefer near pairs.
-* :func:`parallel_depth` — how many outer loops an OpenMP kernel parallelises (Alg. 8.1).
-* :func:`stream_stores` — write a buffer with streaming (non-temporal) stores (§8 kernel quality)?
-* :func:`prefetch_chunk` — request a vector loop's read streams from memory a block at a time (§8)?
-* :func:`omp_schedule` — the OpenMP schedule of a kernel's parallel loop (Alg. 8.1)?
 * :func:`aot_decompose` — expand a training region's forward node by its decomposition (§5)?
+
+The CPU's own heuristics (parallel depth, streaming stores, prefetching, the OpenMP schedule) are
+the CPU backend's: cpp/choices.py.
 
 Every threshold they use is a knob of tensorplay/compiler/config.py (``stax.*``; the C++
 kernels' ``stax.cpp.*``), read at each use, so ``config.patch`` changes a decision and the
@@ -23,9 +22,7 @@ The measurements behind each rule are in docs/PERFORMANCE.md, "Heuristic measure
 """
 from __future__ import annotations
 
-import functools
 import math
-import os
 import sys
 import types
 
@@ -34,9 +31,8 @@ import sympy
 from ... import config
 from .ops_handler import CountingHandler, set_handler
 
-__all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "parallel_depth", "stream_stores",
-           "stream_store_min_bytes", "aot_decompose", "from_memory", "prefetch_chunk", "split_loads",
-           "omp_schedule", "eager_random", "keep_buffers", "KNOB_NAMES"]
+__all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "price", "aot_decompose", "eager_random",
+           "keep_buffers", "KNOB_NAMES", "knob_views"]
 
 #: the chapter's names of the heuristics' knobs -> their names in tensorplay/compiler/config.py
 KNOB_NAMES = {
@@ -44,61 +40,38 @@ KNOB_NAMES = {
     "HORIZONTAL_FUSION": "stax.horizontal_fusion",
     "KEEP_REALIZED_LOCAL": "stax.keep_realized_local",
     "SDPA_DECOMPOSE_MAX_SCORES": "stax.sdpa_decompose_max_scores",
-    "PARALLEL_MIN_WORK": "stax.cpp.parallel_min_work",
     "SCRATCH_MAX_BYTES": "stax.cpp.scratch_max_bytes",
-    "STREAM_STORE_MIN_BYTES": "stax.cpp.stream_min_bytes",
-    "STREAM_PIECE_BYTES": "stax.cpp.stream_piece_bytes",
-    "OMP_SCHEDULE": "stax.cpp.omp_schedule",
-    "PREFETCH_BYTES": "stax.cpp.prefetch_bytes",
-    "PREFETCH_MAX_OPS": "stax.cpp.prefetch_max_ops",
-    "PREFETCH_MAX_STREAMS": "stax.cpp.prefetch_max_streams",
-    "SPLIT_LOADS": "stax.cpp.split_loads",
 }
 
 
-def __getattr__(name):     # choices.MAX_INLINE_OPS: the knob's value now
-    if name == "STREAM_STORE_MIN_BYTES":
-        return stream_store_min_bytes()
-    if name in KNOB_NAMES:
-        return config.get(KNOB_NAMES[name])
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+def knob_views(module_name, names, computed=None):
+    """Make the UPPERCASE ``names`` ({chapter's name: knob}) of module ``module_name`` read-only
+    views of their knobs: reading one gives the knob's value now (``computed``: {name: function}
+    for a value derived from its knob), assigning one raises, naming the knob to patch."""
+    mod = sys.modules[module_name]
+    computed = computed or {}
+
+    def __getattr__(name):
+        if name in computed:
+            return computed[name]()
+        if name in names:
+            return config.get(names[name])
+        raise AttributeError(f"module {module_name!r} has no attribute {name!r}")
+
+    class _Module(types.ModuleType):
+        def __setattr__(self, name, value):
+            if name in names:
+                short = module_name.rsplit(".", 2)
+                raise AttributeError(f"{'.'.join(short[-2:]) if short[-2] == 'cpp' else short[-1]}.{name} is the "
+                                     f"configuration knob {names[name]!r}: set it with "
+                                     f"tensorplay.compiler.config.patch({{{names[name]!r}: {value!r}}}) "
+                                     f"(a with block or a decorator; docs/config.md)")
+            super().__setattr__(name, value)
+    mod.__getattr__ = __getattr__
+    mod.__class__ = _Module
 
 
-class _Module(types.ModuleType):
-    def __setattr__(self, name, value):
-        if name in KNOB_NAMES:
-            raise AttributeError(f"choices.{name} is the configuration knob {KNOB_NAMES[name]!r}: set it with "
-                                 f"tensorplay.compiler.config.patch({{{KNOB_NAMES[name]!r}: {value!r}}}) "
-                                 f"(a with block or a decorator; docs/config.md)")
-        super().__setattr__(name, value)
-
-
-sys.modules[__name__].__class__ = _Module
-
-
-@functools.lru_cache(maxsize=None)
-def _last_level_cache_bytes(default=32 << 20) -> int:
-    """Size of the largest CPU cache (sysfs), or ``default`` where it cannot be read."""
-    sizes = []
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for d in os.listdir(base):
-            if d.startswith("index"):
-                with open(os.path.join(base, d, "size")) as f:
-                    t = f.read().strip()
-                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:].upper(), 1)
-                sizes.append(int(t.rstrip("KMGkmg")) * mult)
-    except (OSError, ValueError):
-        pass
-    return max(sizes) if sizes else default
-
-
-def stream_store_min_bytes() -> int:
-    """Buffers of at least this many bytes are written with streaming stores (:func:`stream_stores`)
-    and count as read from memory (:func:`from_memory`): ``stax.cpp.stream_min_bytes``
-    (``TP_STAX_STREAM_MIN_BYTES``; a huge value turns streaming off), or the last-level cache size
-    when it is 0 (the default)."""
-    return config.get("stax.cpp.stream_min_bytes") or _last_level_cache_bytes()
+knob_views(__name__, KNOB_NAMES)
 
 
 def price(loops) -> CountingHandler:
@@ -172,89 +145,6 @@ def score_fusion(sched, g1, g2):
         shared += sched.buffer_bytes(name)
     distance = abs(g1.order - g2.order)
     return (shared, -distance)
-
-
-def parallel_depth(outer_sizes, inner_numel, threads) -> int:
-    """Algorithm 8.1: parallelise the fewest outer loops whose combined trip count gives every
-    thread work (>= threads), and only if the total work pays for the fork/join (at least
-    PARALLEL_MIN_WORK elements, ``stax.cpp.parallel_min_work``: fork/join costs ~µs)."""
-    total = math.prod(outer_sizes) * max(inner_numel, 1)
-    if total < config.get("stax.cpp.parallel_min_work") or not outer_sizes:
-        return 0
-    acc = 1
-    for depth, s in enumerate(outer_sizes, start=1):
-        acc *= s
-        if acc >= threads:
-            return depth
-    return len(outer_sizes)
-
-
-def from_memory(nbytes) -> bool:
-    """Is a buffer of ``nbytes`` read from (or written to) main memory rather than a cache?  When it
-    is at least the last-level cache (:func:`stream_store_min_bytes`)."""
-    return nbytes >= stream_store_min_bytes()
-
-
-def omp_schedule(from_memory_buffers, plain_large_store) -> str:
-    """The ``schedule(...)`` clause of a kernel's parallel loops (Alg. 8.1 decides which loops):
-    ``stax.cpp.omp_schedule`` (``TP_STAX_OMP_SCHEDULE``), by default ``static``: no clause, OpenMP's
-    static split (each thread one contiguous block of rows).
-
-    With ``"guided, 16"`` the former rule (the default until 2026-11-30) applies to a kernel that
-    reads or writes a buffer from memory: each thread takes a chunk of half the remaining
-    iterations divided by the thread count (at least 16), so a thread that runs slower (a vCPU
-    shared with other tenants) or starts late gets less work, where the static split makes the
-    whole kernel wait for it.  Static for the rest: a kernel whose buffers are all cache-sized, and
-    one that writes a large buffer with plain stores (``plain_large_store``).  Static and guided
-    tie under the fair protocol, and static keeps pace with torch eager when the host's LLC serves
-    the input: docs/PERFORMANCE.md, "Heuristic measurements"."""
-    sched = config.get("stax.cpp.omp_schedule")
-    if not from_memory_buffers or plain_large_store or not sched or sched == "static":
-        return ""
-    return f" schedule({sched})"
-
-
-def stream_stores(nbytes) -> bool:
-    """Write a buffer of ``nbytes`` with streaming (non-temporal) stores?  Yes when it is at least
-    the last-level cache: it would be evicted before any reader came, so the read-for-ownership a
-    plain store of an uncached line costs is wasted traffic (a third of a read-one-write-one
-    kernel's).  Smaller buffers keep plain stores, so a consumer kernel finds them in cache."""
-    return from_memory(nbytes)
-
-
-def split_loads() -> bool:
-    """Should a loop that :func:`prefetch_chunk` picks (one or two read streams from memory, no
-    large store, cheap) load its streams with ``Vec::load_split`` -- each 64-byte chunk as two
-    32-byte loads (AVX-512 builds; other widths are unchanged) -- *instead of* the block prefetch?
-    ``stax.cpp.split_loads`` (``TP_STAX_SPLIT_LOADS=0`` turns it off), on by default: on Zen 4 a
-    row sum streams faster with half-width loads (why is not established), and split loads beat
-    the block prefetch on the loops it picks; loops that compute more or store beside the read
-    keep 64-byte loads.  Measurements: docs/PERFORMANCE.md, "Heuristic measurements"."""
-    return config.get("stax.cpp.split_loads")
-
-
-def prefetch_chunk(n_streams, large_store, values) -> int:
-    """Elements per block prefetch of each read stream of a vector loop computing ``values`` (IR
-    nodes), or 0 for none.  A loop that reads one or two streams from memory (unit-stride loads of
-    buffers :func:`from_memory`; at most PREFETCH_MAX_STREAMS, ``stax.cpp.prefetch_max_streams``),
-    stores to no large buffer and is cheap (no transcendental function, no Welford update, at most
-    PREFETCH_MAX_OPS ops per element, ``stax.cpp.prefetch_max_ops``) -- a row sum or max, ex 1.1 --
-    asks at the start of every chunk for all of the chunk's lines of each stream
-    (``tp::prefetch_block``): PREFETCH_BYTES (``stax.cpp.prefetch_bytes``, 0: none) of misses in
-    flight together, where the hardware prefetcher alone stops at each 4 KiB page and ramps up
-    again.  The chunk is a power of two of at least 256 elements (a multiple of every vector step).
-    Row sums and ex 1.1 gained, everything else gained nothing or lost: docs/PERFORMANCE.md,
-    "Heuristic measurements"."""
-    nbytes = config.get("stax.cpp.prefetch_bytes")
-    if not nbytes or not 1 <= n_streams <= config.get("stax.cpp.prefetch_max_streams") or large_store:
-        return 0
-    max_ops = config.get("stax.cpp.prefetch_max_ops")
-    for v in values:
-        p = price(v)
-        if p.transcendental or p.ops > max_ops or getattr(v, "reduction_type", None) == "welford":
-            return 0
-    per = max(1024, nbytes // n_streams) // 4     # in float32 elements
-    return 1 << (per.bit_length() - 1)
 
 
 def aot_decompose(node) -> bool:

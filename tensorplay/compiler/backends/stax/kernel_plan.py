@@ -25,7 +25,7 @@ plain data that says *what* a kernel does, for any device:
 
 Guarantee: the plan is a function of the scheduler's group alone (no device numbers in it); the
 device's own decisions (parallel depth, vector lanes, column mode, accumulators, cascades) go into
-``device``, filled by the backend (codegen/cpp_plan.py for the CPU), and the renderer only prints.
+``device``, filled by the backend (cpp/plan.py for the CPU), and the renderer only prints.
 ``TP_STAX_DEBUG=plan`` prints every plan (:func:`format_plan`).
 """
 from __future__ import annotations
@@ -140,7 +140,7 @@ class KernelPlan:
     locals: frozenset
     scratch: tuple
     column_candidate: bool
-    device: object = None     # the device backend's decisions (codegen/cpp_plan.CppPlan on the CPU)
+    device: object = None     # the device backend's decisions (cpp/plan.CppPlan on the CPU)
 
     @property
     def reads(self):

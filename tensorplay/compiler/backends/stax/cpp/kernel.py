@@ -20,12 +20,12 @@ Vectorisation is visible in the source: ``tp::Vec<T>`` (cpp_prelude.h, GCC vecto
 AVX-512 / AVX2 / scalar chosen by the compile flags) with one instruction stream for every dtype.
 The loops, their merges (Prop. 6.3), the phases and where each value lives come from the plan;
 the parallel depth, the vector loop, the accumulators and cascades from its CPU section
-(codegen/cpp_plan.py).  In *column mode* (a reduction over non-trailing dims whose reduced loop
+(cpp/plan.py).  In *column mode* (a reduction over non-trailing dims whose reduced loop
 is strided) the lanes run across the last outer loop (VL output columns per vector, one
 accumulator vector per column vector), the reduced loops are scalar loops, so every load is a
 plain vector load — no gathers, no horizontal reduce.  Each compute function is evaluated with
-:class:`~.cpp_ops.CppHandler`, which prints every ``ops`` call as one line of C++ (common
-subexpressions are printed once); accumulators are printed by cpp_reduce.py.  What is decided
+:class:`~.ops.CppHandler`, which prints every ``ops`` call as one line of C++ (common
+subexpressions are printed once); accumulators are printed by reduce.py.  What is decided
 here, from the code being printed, is only how each access is printed: streaming stores
 (choices.stream_stores), block prefetches or split loads (choices.prefetch_chunk,
 choices.split_loads) and the OpenMP schedule clause (choices.omp_schedule).
@@ -38,14 +38,14 @@ import math
 import sympy
 import torch
 
-from .. import choices
+from . import choices
 from ..ir import Unsupported
 from ..kernel_plan import KernelPlan
 from ..ops_handler import set_handler
 from . import blocking
-from .cpp_ops import CTYPE, STORAGE_CTYPE, CppHandler, _Val, cexpr, vec_type
-from .cpp_plan import plan_cpp
-from .cpp_reduce import acc_decl, acc_final, acc_final_columns, acc_update
+from .ops import CTYPE, STORAGE_CTYPE, CppHandler, _Val, cexpr, vec_type
+from .plan import plan_cpp
+from .reduce import acc_decl, acc_final, acc_final_columns, acc_update
 
 __all__ = ["generate_kernel", "KernelGen", "CTYPE"]
 
@@ -64,7 +64,7 @@ def _tail_if(var, size) -> str:
 
 class KernelGen:
     """Prints the C++ function of one :class:`~..kernel_plan.KernelPlan` whose ``device`` holds
-    the CPU decisions (codegen/cpp_plan.py): it reads the plan's fields and decides nothing about
+    the CPU decisions (cpp/plan.py): it reads the plan's fields and decides nothing about
     loops, phases or placements; only how each access and store is printed (vector load, gather,
     streaming store, prefetch) is chosen here, from the code it prints."""
 
@@ -92,7 +92,7 @@ class KernelGen:
         self.large_store = False  # ... and whether it stores to a buffer from_memory
         self.vec_loads = set()    # ... and every unit-stride (buffer, C++ index) load in it (split_loads)
         self.plain_large_store = False   # the kernel stores to a buffer from_memory without streaming
-        self.column = False       # column mode (cpp_plan.py): lanes = output columns
+        self.column = False       # column mode (plan.py): lanes = output columns
         self.col_u = 0            # column mode: which vector of the block's columns is generated
 
     def nbytes(self, name):
@@ -188,7 +188,7 @@ class KernelGen:
                                              ", ".join(sorted(self.streamed))]
         return "\n".join(head + lines + ["}"])
 
-    # -- column mode: reductions over non-trailing dims (cpp_plan.py) ---------------------------------------
+    # -- column mode: reductions over non-trailing dims (plan.py) ---------------------------------------
     @contextlib.contextmanager
     def _column(self, u):
         """Context: generate column vector ``u`` of the block (lanes ``xl + u*VL ...``, the C++
@@ -614,7 +614,7 @@ def _fence_streams(lines):
 
 def generate_kernel(plan: KernelPlan, name: str) -> tuple[str, dict]:
     """The C++ source of kernel ``name`` for ``plan`` and its parameters (buffer -> (C++ element
-    type, written?)).  Fills ``plan.device`` with the CPU decisions first (cpp_plan.plan_cpp)."""
+    type, written?)).  Fills ``plan.device`` with the CPU decisions first (plan.plan_cpp)."""
     if plan.device is None:
         plan.device = plan_cpp(plan)
     kg = KernelGen(plan, name)

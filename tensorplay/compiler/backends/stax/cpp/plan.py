@@ -12,7 +12,7 @@ C++ kernel of it does on this CPU, as the named fields of a :class:`CppPlan` (``
   ``column_unroll`` (at most ``stax.cpp.column_unroll``) vectors of columns per block, ``column_blocks`` blocks;
 * per phase, ``accumulators``: vector accumulators per reduction in row mode (``stax.cpp.unroll``, or
   ``stax.cpp.welford_unroll`` beside a Welford update: latency hiding, invariant 6), and ``cascades``:
-  the levels of cascaded summation (codegen/blocking.py, sized for the narrowest vector) and the
+  the levels of cascaded summation (blocking.py, sized for the narrowest vector) and the
   accumulators they apply to.
 
 Guarantee: nothing here prints C++; the printer (codegen/cpp.py) reads these fields only.
@@ -25,7 +25,7 @@ import math
 import torch
 
 from .... import config
-from .. import choices
+from . import choices
 from ..ir import Unsupported
 from . import blocking
 

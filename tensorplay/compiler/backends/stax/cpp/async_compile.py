@@ -2,7 +2,7 @@
 
 A generated wrapper module submits every kernel at its top level and waits once at the end::
 
-    from tensorplay.compiler.backends.stax.async_compile import AsyncCompile
+    from tensorplay.compiler.backends.stax.cpp.async_compile import AsyncCompile
     async_compile = AsyncCompile()
     kernel0 = async_compile.cpp('''extern "C" void kernel0(float* x, long n) {...}''', 'kernel0')
     kernel1 = async_compile.cpp('''...''', 'kernel1')
@@ -25,7 +25,7 @@ terminal; ``1`` shows it in non-interactive runs too, ``0`` never.
 Cache hits never reach the pool: a kernel already loaded in this process resolves immediately, and
 one on disk costs a checksum and a ``dlopen`` in a worker.
 
-The C++ wrapper (codegen/cpp_wrapper.py) compiles one translation unit per graph with
+The C++ wrapper (wrapper.py) compiles one translation unit per graph with
 :meth:`AsyncCompile.cpp_library` (the placeholder resolves to the whole library, not one function)
 and builds its call extension concurrently with :meth:`AsyncCompile.submit`.
 """
@@ -36,9 +36,10 @@ import sys
 import threading
 from concurrent.futures import Future, ThreadPoolExecutor, as_completed
 
-from ... import config
-from . import codecache
-from .codecache import CppCompileError
+from .... import config
+from .. import codecache
+from . import build
+from .build import CppCompileError
 
 __all__ = ["AsyncCompile", "CppKernelFuture", "compile_threads", "shutdown_pool"]
 
@@ -152,14 +153,14 @@ class CppKernelFuture:
             # ctypes kernel with c_void_p arguments, and few cache lines when the caches are cold
             import functools
 
-            from .codegen.cpp_wrapper import bind_entries
+            from .call import bind_entries
             call, (entry,) = bind_entries(lib, self._ext, (self.entry,), checked="tp_report_error(" in self.source)
             self._fn = functools.partial(call, entry)
             return self._fn
         try:
             fn = getattr(lib, self.name)
         except AttributeError:
-            key = codecache.cpp_key(self.source, self.isa, self.extra)
+            key = build.cpp_key(self.source, self.isa, self.extra)
             raise CppCompileError(
                 f"the compiled library has no function {self.name!r} "
                 f"(is it declared extern \"C\"?)",
@@ -167,7 +168,7 @@ class CppKernelFuture:
                 kernel_name=self.name) from None
         fn.restype = None
         if "tp_report_error(" in self.source:   # the kernel can fail at run time (stax_kernel.h)
-            from .runtime import checked_kernel
+            from ..runtime import checked_kernel
             fn = checked_kernel(fn, lib)
         self._fn = fn
         return fn
@@ -191,32 +192,32 @@ class AsyncCompile:
 
         ``extra``: additional compile flags (part of the key); ``whole=True``: the placeholder
         resolves to the loaded library (``name`` then only labels errors); ``entry``: the source
-        also defines ``extern "C" void <entry>(void* const* p)`` (codegen.cpp_wrapper.kernel_entry)
+        also defines ``extern "C" void <entry>(void* const* p)`` (cpp/wrapper.py: kernel_entry)
         and the placeholder resolves to a function of the data pointers as ints that calls it."""
-        isa = codecache.cpu_isa()  # resolved here, once, not by racing workers
+        isa = build.cpu_isa()  # resolved here, once, not by racing workers
         ext = None
         if entry is not None:   # the call extension builds (first time only) while the kernel does
             if self._ext is None:
-                from .codegen.cpp_wrapper import submit_call_extension
+                from .call import submit_call_extension
                 self._ext = submit_call_extension(self)
             ext = self._ext
         fut: Future = Future()
         n = compile_threads()
         if n == 0:
             try:
-                fut.set_result(codecache.load_cpp(source, isa, extra))
+                fut.set_result(build.load_cpp(source, isa, extra))
             except BaseException as e:  # noqa: BLE001 - re-raised just below with the name
                 fut.set_exception(e)
             ph = CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)
             ph.result()  # synchronous mode: raise now, at the kernel's line in the wrapper
             return ph
-        key = codecache.cpp_key(source, isa, extra)
-        lib = codecache._libs.get(key)
+        key = build.cpp_key(source, isa, extra)
+        lib = build._libs.get(key)
         if lib is not None:  # already loaded in this process: no trip through the pool
             codecache._count("cpp_hits")
             fut.set_result(lib)
         else:
-            fut = _get_pool(n).submit(codecache.load_cpp, source, isa, extra)
+            fut = _get_pool(n).submit(build.load_cpp, source, isa, extra)
         return CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)
 
     def cpp_library(self, source: str, label: str, *, extra=()) -> CppKernelFuture:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 
 from ..ir import Reduction
-from .cpp_ops import CTYPE, literal, vec_type
+from .ops import CTYPE, literal, vec_type
 
 __all__ = ["acc_decl", "acc_update", "acc_final", "acc_final_columns"]
 

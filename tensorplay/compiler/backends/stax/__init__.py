@@ -3,6 +3,7 @@
 Read in pipeline order:
 
   ops_handler.py      the ``ops`` interface compute functions are written against
+  sizevars.py         sizes as expressions: size_hint, statically_known_*, evaluate_static_shape
   ir.py               values as functions (Pointwise, Reduction), buffers, views
   lowering.py         GraphLowering: op-level graph -> loop-level IR; fallbacks
   op_lowerings/       register_lowering, the pointwise helper, one rule per op (a module per op family)
@@ -43,12 +44,14 @@ def _scheduled(gm, example_inputs):
     from .lowering import GraphLowering
     from .op_lowerings import V
     from .scheduler import Scheduler
+    from .sizevars import use
     graph = GraphLowering(gm, example_inputs)
     prev = V.graph
     V.graph = graph
     try:
-        graph.run()
-        yield graph, Scheduler(graph).fuse()
+        with use(graph.sizevars):
+            graph.run()
+            yield graph, Scheduler(graph).fuse()
     finally:
         V.graph = prev
 
@@ -153,8 +156,8 @@ def _compiled_graph(gm, example_inputs, cpp_wrapper):
     src, graph, sched, materialized = compile_graph(gm, example_inputs, cpp_wrapper)
     outs = {o.name if hasattr(o, "name") else None for o in graph.outputs}
     rec = {"source": src, "materialized": sorted(materialized), "fallbacks": [list(f) for f in graph.fallbacks],
-           "intermediate_bytes": sum(2 * b.layout.numel * b.layout.dtype.itemsize for b in graph.buffers
-                                     if b.name in materialized and b.name not in outs)}
+           "intermediate_bytes": sum(2 * graph.sizevars.size_hint(b.layout.numel) * b.layout.dtype.itemsize
+                                     for b in graph.buffers if b.name in materialized and b.name not in outs)}
     consts = codecache.graph_constants(gm)
     if list(consts) == list(graph.constants) and all(consts[k] is graph.constants[k] for k in consts):
         codecache.save_graph(key, rec)   # only when a hit would rebuild the same constants

@@ -23,12 +23,12 @@ written to memory is decided by the cost model in choices.py (§6.6), not here.
 from __future__ import annotations
 
 import dataclasses
-import math
 from typing import Callable
 
 import sympy
 import torch
 
+from . import sizevars
 from .ops_handler import ops
 
 __all__ = ["FixedLayout", "Loops", "Pointwise", "Reduction", "Buffer", "InputBuffer", "ComputedBuffer",
@@ -40,37 +40,45 @@ class Unsupported(Exception):
 
 
 def contiguous_strides(size):
-    strides, acc = [], 1
-    for s in reversed(size):
-        strides.append(acc)
-        acc *= max(int(s), 1)
-    return tuple(reversed(strides))
+    """Row-major strides of ``size`` (expressions; sizevars.py)."""
+    return sizevars.contiguous_strides(size)
+
+
+def _exprs(xs) -> tuple:
+    return tuple(sizevars.sympify(x) for x in xs)
 
 
 @dataclasses.dataclass(frozen=True)
 class FixedLayout:
+    """A buffer's memory layout; ``size``, ``stride`` and ``offset`` are sympy expressions (ints
+    given are converted; sizevars.py)."""
     dtype: torch.dtype
     device: torch.device
     size: tuple
     stride: tuple
-    offset: int = 0
+    offset: sympy.Expr = sympy.Integer(0)
+
+    def __post_init__(self):
+        object.__setattr__(self, "size", _exprs(self.size))
+        object.__setattr__(self, "stride", _exprs(self.stride))
+        object.__setattr__(self, "offset", sizevars.sympify(self.offset))
 
     def index(self, idx) -> sympy.Expr:
         """The storage offset of element ``idx`` (a list of sympy expressions)."""
-        e = sympy.Integer(self.offset)
+        e = self.offset
         for i, s, n in zip(idx, self.stride, self.size):
             if n != 1:
                 e = e + i * s
         return e
 
     @property
-    def numel(self):
-        return math.prod(self.size)
+    def numel(self) -> sympy.Expr:
+        return sizevars.numel(self.size)
 
-    def storage_extent(self) -> int:
+    def storage_extent(self) -> sympy.Expr:
         """Elements of storage the layout spans (max index + 1)."""
-        if self.numel == 0:
-            return 0
+        if sizevars.statically_known_equals(self.numel, 0):
+            return sympy.Integer(0)
         return self.offset + sum((n - 1) * s for n, s in zip(self.size, self.stride)) + 1
 
 
@@ -86,10 +94,10 @@ class IRNode:
 
 
 class Loops(IRNode):
-    """An unrealized computation over ``ranges``."""
+    """An unrealized computation over ``ranges`` (sympy expressions)."""
 
     def __init__(self, dtype, device, ranges):
-        self.dtype, self.device, self.ranges = dtype, device, tuple(int(r) for r in ranges)
+        self.dtype, self.device, self.ranges = dtype, device, _exprs(ranges)
 
     def get_size(self):
         return self.ranges
@@ -122,7 +130,7 @@ class Reduction(Loops):
             output = outs[0]
         if output not in outs:
             raise ValueError(f"{reduction_type} reduction has no output {output!r} (has {outs})")
-        self.reduction_ranges = tuple(int(r) for r in reduction_ranges)
+        self.reduction_ranges = _exprs(reduction_ranges)
         self.reduction_type = reduction_type
         self.inner_fn = inner_fn
         self.src_dtype = src_dtype

@@ -23,6 +23,10 @@ plain data that says *what* a kernel does, for any device:
   every access is contiguous (or constant) in the last outer loop -- its lanes could run across
   output columns (*column mode*); whether they do is a device decision.
 
+Sizes in a plan (loop sizes, buffer extents) are expressions (sizevars.py): a merge is made only
+when it is proved for every size; the memory order weighs strides at the size hints; the bounds
+proofs evaluate the sizes as static ones (``evaluate_static_shape``).
+
 Guarantee: the plan is a function of the scheduler's group alone (no device numbers in it); the
 device's own decisions (parallel depth, vector lanes, column mode, accumulators, cascades) go into
 ``device``, filled by the backend (cpp/plan.py for the CPU), and the renderer only prints.
@@ -38,8 +42,9 @@ import sympy
 import torch
 
 from .bounds import Interval, IndirectIndex, bound, check_access, index_type, magnitude, record_accesses
-from .ir import Unsupported
+from .ir import FixedLayout, Unsupported
 from .scheduler import Group, kernel_index, kernel_vars
+from .sizevars import evaluate_static_shape, is_size_expr, size_hint, statically_known_equals
 
 __all__ = ["KernelPlan", "Loop", "Access", "NodePlan", "ReductionPlan", "Phase", "BufferFacts", "plan_kernel",
            "format_plan"]
@@ -53,7 +58,7 @@ class Loop:
     """One loop of the kernel's nest: ``var`` runs over ``[0, size)`` and stands for the group's
     index variables ``merged`` (outermost first; more than one: merged loops, Prop. 6.3)."""
     var: sympy.Symbol
-    size: int
+    size: sympy.Expr
     merged: tuple
 
 
@@ -113,9 +118,10 @@ class Phase:
 
 @dataclasses.dataclass(frozen=True)
 class BufferFacts:
-    """A buffer the kernel touches: element dtype, elements of storage it spans, bytes."""
+    """A buffer the kernel touches: element dtype, elements of storage it spans (an expression),
+    bytes at the size hints (for the device's heuristics; 0 for a constant)."""
     dtype: torch.dtype
-    extent: int
+    extent: sympy.Expr
     nbytes: int
 
 
@@ -239,7 +245,7 @@ def _buffer_facts(sched, group, accesses):
             facts[b.name] = BufferFacts(b.layout.dtype, b.layout.storage_extent(), sched.buffer_bytes(b.name))
     for name, t in graph.constants.items():
         if name in wanted:
-            extent = 1 + sum((s - 1) * st for s, st in zip(t.shape, t.stride())) if t.numel() else 0
+            extent = FixedLayout(t.dtype, t.device, t.shape, t.stride()).storage_extent()
             facts[name] = BufferFacts(t.dtype, extent, sched.buffer_bytes(name))
     return facts
 
@@ -247,7 +253,7 @@ def _buffer_facts(sched, group, accesses):
 def _check_bounds(sig, xs, rs, accesses, index_exprs, facts, local):
     """§6.8: prove every access in range (no run-time checks) and pick the index width.  Returns
     (index dtype, buffers whose data-dependent loads are checked at run time)."""
-    outer, inner = sig
+    outer, inner = [evaluate_static_shape(n) for n in sig[0]], [evaluate_static_shape(n) for n in sig[1]]
     ranges = {v: (0, n - 1) for v, n in zip(xs, outer)}
     ranges.update({v: (0, n - 1) for v, n in zip(rs, inner)})
     ivs, checked = [], set()
@@ -256,7 +262,7 @@ def _check_bounds(sig, xs, rs, accesses, index_exprs, facts, local):
         if a.buffer in local:
             continue
         try:
-            check_access(a.buffer, a.index, ranges, facts[a.buffer].extent, a.mask)   # a masked load: where its mask holds
+            check_access(a.buffer, a.index, ranges, evaluate_static_shape(facts[a.buffer].extent), a.mask)   # a masked load: where its mask holds
         except Unsupported:
             if not a.index.atoms(IndirectIndex):
                 raise
@@ -292,9 +298,9 @@ def _memory_order(group, sig, xs, rs, placements, accesses):
     if not stores:
         return keep
 
-    def stride(v):
+    def stride(v):   # at the size hints: this order is a heuristic
         cs = [sympy.diff(e, v) for e in stores]
-        return min(abs(int(c)) for c in cs) if all(c.is_Integer for c in cs) else None
+        return min(abs(size_hint(c)) for c in cs) if all(is_size_expr(c) for c in cs) else None
     st = [stride(v) for v in vars_]
     if None in st or st[-1] == min(st):
         return keep
@@ -312,8 +318,8 @@ def _merge(vars_, sizes, exprs, prefix):
         a, b = groups[i][-1], groups[i + 1][-1]
         ok = True
         for e in exprs:
-            ca, cb = sympy.diff(e, a), sympy.diff(e, b)
-            if not (ca.is_Integer and cb.is_Integer) or int(ca) != int(cb) * gsizes[i + 1]:
+            ca, cb = sympy.diff(e, a), sympy.diff(e, b)   # the merge must hold for every size: proved
+            if not (is_size_expr(ca) and is_size_expr(cb)) or not statically_known_equals(ca, cb * gsizes[i + 1]):
                 ok = False
                 break
         if ok and len(groups[i + 1]) == 1:
@@ -381,7 +387,7 @@ def _column_candidate(plan):
         if t.atoms(IndirectIndex) or any(xl in m.free_symbols for m in t.atoms(sympy.Mod, sympy.floor)):
             return False
         c, cr = sympy.diff(t, xl), sympy.diff(t, rl)
-        if not (c.is_Integer and int(c) in (0, 1)):
+        if not (is_size_expr(c) and (statically_known_equals(c, 0) or statically_known_equals(c, 1))):
             return False
         if a.buffer not in plan.nodes and cr != 1:
             strided = True

@@ -27,6 +27,7 @@ import torch
 from ... import config
 from ...graph.node import map_arg
 from . import choices
+from .sizevars import SizeVarAllocator
 from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Pointwise, Reduction,
                  ReinterpretView, TensorBox, Unsupported, contiguous_strides)
 
@@ -47,6 +48,7 @@ class GraphLowering:
         self.example_inputs = list(example_inputs)
         self.inputs: list[InputBuffer] = []
         self.constants: dict[str, torch.Tensor] = {}
+        self.sizevars = SizeVarAllocator()   # the graph's size symbols (none while shapes are static)
         self.buffers: list = []          # ComputedBuffer / ExternBuffer in creation order
         self.env: dict = {}
         self.fallbacks: list[tuple[str, str]] = []

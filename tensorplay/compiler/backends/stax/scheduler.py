@@ -27,6 +27,7 @@ import sympy
 from . import choices
 from .ir import ComputedBuffer, ExternBuffer, InputBuffer, Reduction, ReinterpretView
 from .ops_handler import OPS_NAMES, set_handler
+from .sizevars import size_hint
 
 __all__ = ["Scheduler", "Group", "SchedNode"]
 
@@ -158,13 +159,12 @@ class Scheduler:
                 prev = n
         self.groups = [Group(n) for n in self.nodes]
         self.group_of = {n.name: g for g in self.groups for n in g.nodes}
-        self._bytes = {}
-        for b in graph.buffers:
-            self._bytes[b.name] = b.layout.numel * b.layout.dtype.itemsize
-        for b in graph.inputs:
-            self._bytes[b.name] = b.layout.numel * b.layout.dtype.itemsize
+        # bytes at the size hints: what the fusion and ordering heuristics weigh (sizevars.py)
+        self._bytes = {b.name: size_hint(b.layout.numel) * b.layout.dtype.itemsize
+                       for b in list(graph.buffers) + list(graph.inputs)}
 
-    def buffer_bytes(self, name):
+    def buffer_bytes(self, name) -> int:
+        """Bytes of buffer ``name`` at the size hints (0 for a constant)."""
         return self._bytes.get(name, 0)
 
     # -- relations ------------------------------------------------------------------------------

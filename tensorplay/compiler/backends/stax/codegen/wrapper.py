@@ -31,12 +31,14 @@ import torch
 
 from .. import choices
 from ..ir import ExternBuffer, InputBuffer, ReinterpretView
+from ..sizevars import evaluate_static_shape
 
 __all__ = ["generate_wrapper", "BufferPlan"]
 
 
 def _tuple(t):
-    return "(" + "".join(f"{int(x)}, " for x in t) + ")"
+    """A size or stride tuple as a literal: the wrapper is specialised on static sizes."""
+    return "(" + "".join(f"{evaluate_static_shape(x)}, " for x in t) + ")"
 
 
 def _dtype(dt):

@@ -40,6 +40,7 @@ import torch
 
 from . import choices
 from ..ir import Unsupported
+from ..sizevars import evaluate_static_shape
 from ..kernel_plan import KernelPlan
 from ..ops_handler import set_handler
 from . import blocking
@@ -72,13 +73,14 @@ class KernelGen:
         self.plan, self.cpu, self.name = plan, plan.device, name
         self._tmp = 0
         self.dtypes = {b: f.dtype for b, f in plan.buffers.items()}
-        self.extents = {b: f.extent for b, f in plan.buffers.items()}
+        # the C++ kernels are specialised on static sizes: sizes print as literals (sizevars.py)
+        self.extents = {b: evaluate_static_shape(f.extent) for b, f in plan.buffers.items()}
         self.locals = plan.locals
         self.placements = {n.name: n.placement for n in plan.nodes.values()}
         self.index_t = CTYPE[plan.index_dtype]
         self.checked_loads = set(plan.checked_loads)   # buffers whose indirect loads check their offsets at run time
-        self.outer_loops = [(lp.var, lp.size) for lp in plan.outer_loops]
-        self.inner_loops = [(lp.var, lp.size) for lp in plan.inner_loops]
+        self.outer_loops = [(lp.var, evaluate_static_shape(lp.size)) for lp in plan.outer_loops]
+        self.inner_loops = [(lp.var, evaluate_static_shape(lp.size)) for lp in plan.inner_loops]
         self._merge_subs = dict(plan.substitution)
         self.vec_var = None       # the variable of the vector loop being printed (its lanes)
         self.row_values = {}      # local reduce/outer results: name -> C++ scalar variable

@@ -27,6 +27,7 @@ import torch
 from .... import config
 from . import choices
 from ..ir import Unsupported
+from ..sizevars import size_hint
 from . import blocking
 
 __all__ = ["CppPlan", "Cascade", "plan_cpp", "n_accumulators"]
@@ -92,8 +93,8 @@ def plan_cpp(plan) -> CppPlan:
     """The CPU decisions of ``plan`` (module doc); raises Unsupported when a row's scratch array
     would not fit in cache (``choices.SCRATCH_MAX_BYTES``)."""
     threads = choices_threads()
-    outer = [lp.size for lp in plan.outer_loops]
-    inner_work = math.prod(lp.size for lp in plan.inner_loops)
+    outer = [size_hint(lp.size) for lp in plan.outer_loops]      # heuristics: the size hints
+    inner_work = math.prod(size_hint(lp.size) for lp in plan.inner_loops)
     column = config.get("stax.cpp.column_reductions") and plan.column_candidate and not _column_loses_threads(plan, threads)
     if column:
         sl = outer[-1]
@@ -125,9 +126,9 @@ def _column_loses_threads(plan, threads):
     """Fewer output columns than one vector, and fewer parallel blocks than the row mode's
     parallel rows: e.g. ``(10**6, 4).sum(0)`` — the row mode's threads win (column mode does
     not split the reduced loop across threads)."""
-    sizes = [lp.size for lp in plan.outer_loops]
+    sizes = [size_hint(lp.size) for lp in plan.outer_loops]
     if sizes[-1] >= _LANES_GUESS or \
-            math.prod(sizes) * math.prod(lp.size for lp in plan.inner_loops) < choices.PARALLEL_MIN_WORK:
+            math.prod(sizes) * math.prod(size_hint(lp.size) for lp in plan.inner_loops) < choices.PARALLEL_MIN_WORK:
         return False
     rest = math.prod(sizes[:-1])
     return min(threads, rest * sizes[-1]) > min(threads, rest)
@@ -140,7 +141,7 @@ def _cascade(plan, phase, nacc, column):
     reds = [plan.nodes[r].reduction for r in phase.reductions]
     leaders = tuple(name for name, r in zip(phase.reductions, reds) if r.leader == name
                     and blocking.blockable(r.kind, r.acc_dtype, r.src_dtype))
-    sizes = [lp.size for lp in plan.inner_loops]
+    sizes = [size_hint(lp.size) for lp in plan.inner_loops]
     if not leaders or not sizes or 0 in sizes or not config.get("stax.cpp.cascade"):
         return None
     v, passes = sizes[-1], math.prod(sizes[:-1])

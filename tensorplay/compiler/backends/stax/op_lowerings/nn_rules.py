@@ -24,6 +24,7 @@ from .. import choices
 from ..bounds import _fraction
 from ..ir import Pointwise, TensorBox, Unsupported
 from ..ops_handler import ops
+from ..sizevars import evaluate_static_shape
 from .extern_rules import _extern
 from .pointwise_rules import _conv, _realize, broadcast_loader
 from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_reduction, reduction
@@ -154,7 +155,9 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
         var, mean = _var_parts(x, rdims, 0, True, dt)
         ml, vl = broadcast_loader(mean, size), broadcast_loader(var, size)
         if all(tracked):
-            _update_running_stats(running_mean, running_var, mean, var, math.prod(size[d] for d in rdims), momentum)
+            # the unbiased variance's n / (n - 1) is a constant of the kernel: a static size
+            n = evaluate_static_shape(math.prod(size[d] for d in rdims))
+            _update_running_stats(running_mean, running_var, mean, var, n, momentum)
     xl = x.make_loader()
     f = _normalized(lambda i: _conv(xl(i), x.dtype, dt), ml, vl, eps, _channel_loader(weight, dt),
                     _channel_loader(bias, dt), dt)
@@ -310,6 +313,7 @@ def _avg_pool2d_backward(g, input_size, kernel_size, stride, padding, ceil_mode,
 def _reread(x, factor):
     """``x`` written to memory first when its reader evaluates each element ``factor`` times and
     recomputing it would cost more than reading it back (choices.realize_reread)."""
+    factor = float(factor)   # of sizes: a heuristic's number (sizevars.py)
     if isinstance(x, TensorBox) and isinstance(x.data, Pointwise) and choices.realize_reread(x.data, factor):
         _realize(x)
     return x
@@ -523,7 +527,9 @@ def _upsample_nearest(x, output_size, *scales):
         raise Unsupported("upsample_nearest input rank")
     lead = len(size) - nd
     syms = [sympy.Symbol(f"_o{k}", integer=True, nonnegative=True) for k in range(nd)]
-    src = [_nearest_source(syms[k], size[lead + k], out.shape[lead + k], scales[k] if k < len(scales) else None)
+    # eager's source rows are a table of the static sizes
+    src = [_nearest_source(syms[k], evaluate_static_shape(size[lead + k]), out.shape[lead + k],
+                           scales[k] if k < len(scales) else None)
            for k in range(nd)]
     if any(e is None for e in src):
         return _extern()        # eager's float32 rows are no floor(o*p/q): ATen's kernel reads them

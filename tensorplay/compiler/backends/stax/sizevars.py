@@ -1,0 +1,271 @@
+"""Sizes as expressions (the chapter, §10.1–§10.2): the size symbols of a graph and the questions
+the compiler asks about sizes.
+
+Every size, stride and storage offset in the loop IR (ir.py: layouts, ``Loops.ranges``), in the
+KernelPlans (kernel_plan.py: loop sizes, buffer extents) and in what is derived from them is a
+sympy expression.  While shapes are static every one of them is an ``Integer``; a symbolic size
+is a positive integer :func:`~SizeVarAllocator.symbol` with a **hint**, the value it had in the
+sample the graph was captured with (§10.2: sizes 0 and 1 are never symbols — they change what a
+program means — so a symbol's range starts at 2).
+
+Rules for the stages that read sizes:
+
+* a **heuristic** (parallel depth, unrolling, whether to realize, column mode...) decides on
+  numbers: it asks :meth:`~SizeVarAllocator.size_hint` and may be wrong for other sizes without
+  being incorrect;
+* a **decision that changes meaning** (merging two loops, Prop. 6.3; whether a dim broadcasts)
+  holds for every size only if it is proved: :meth:`~SizeVarAllocator.statically_known_equals`,
+  ``_leq``, ``_lt``, ``_multiple_of`` answer True only when the relation holds for every value of
+  the symbols in their ranges (False means "not proved", not "false");
+  :meth:`~SizeVarAllocator.guard_equals` proves the relation or records it as a guard the compiled
+  code's input check must test (the relation holds for the hints, else it raises);
+* a printer that still needs a number (the CPU kernels are specialised on static sizes) asks
+  :meth:`~SizeVarAllocator.evaluate_static_shape`, which raises :class:`SymbolicSizeError` on a
+  symbol instead of silently taking the hint.
+
+Guarantee: for integer expressions every answer is exactly what the integer arithmetic gives,
+so today's kernels are unchanged.  The module-level functions ask the allocator of the graph
+being compiled (:func:`use`), or a static one (no symbols) outside a compilation.
+"""
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import math
+
+import sympy
+
+__all__ = ["SizeVarAllocator", "SymbolicSizeError", "current", "use", "sympify", "size_hint", "size_hints",
+           "is_static", "is_size_expr", "evaluate_static_shape", "statically_known_true",
+           "statically_known_equals", "statically_known_leq", "statically_known_lt",
+           "statically_known_multiple_of", "guard_equals", "contiguous_strides", "numel"]
+
+
+class SymbolicSizeError(RuntimeError):
+    """A stage that needs a number met a symbolic size it cannot specialise."""
+
+
+#: functions a size expression may contain (conv/pool output sizes, splits, ceil-div)
+_SIZE_FUNCTIONS = (sympy.floor, sympy.ceiling, sympy.Mod, sympy.Max, sympy.Min)
+
+
+def sympify(x) -> sympy.Expr:
+    """``x`` (an int, a sympy expression, a torch/numpy integer) as a sympy expression."""
+    if isinstance(x, sympy.Basic):
+        return x
+    if isinstance(x, bool):
+        raise TypeError(f"a size must be an integer, not {x!r}")
+    try:
+        return sympy.Integer(x.__index__())
+    except AttributeError:
+        raise TypeError(f"a size must be an integer or a sympy expression, not {type(x).__name__} {x!r}") from None
+
+
+class SizeVarAllocator:
+    """The size symbols of one graph: each with its hint and its range [lo, hi], and the guards
+    recorded about them (module doc)."""
+
+    def __init__(self):
+        self.var_to_hint: dict[sympy.Symbol, int] = {}
+        self.var_to_range: dict[sympy.Symbol, tuple] = {}
+        self.guards: list = []
+
+    # -- symbols ---------------------------------------------------------------------------------
+    def symbol(self, name: str, hint: int, lo: int = 2, hi=None) -> sympy.Symbol:
+        """A new positive integer size symbol ``name`` with sample value ``hint`` in ``[lo, hi]``
+        (``hi=None``: unbounded)."""
+        if not (isinstance(hint, int) and lo <= hint and (hi is None or hint <= hi)):
+            raise ValueError(f"size symbol {name}: hint {hint!r} outside its range [{lo}, {hi}]")
+        if lo < 2:
+            raise ValueError(f"size symbol {name}: sizes 0 and 1 are specialised, a symbol's range starts at 2")
+        s = sympy.Symbol(name, integer=True, positive=True)
+        if s in self.var_to_hint:
+            raise ValueError(f"size symbol {name} already exists")
+        self.var_to_hint[s] = hint
+        self.var_to_range[s] = (lo, hi)
+        return s
+
+    @property
+    def symbols(self) -> frozenset:
+        return frozenset(self.var_to_hint)
+
+    # -- numbers -----------------------------------------------------------------------------------
+    def size_hint(self, e) -> int:
+        """The value of ``e`` at the symbols' hints (an int; for heuristics)."""
+        e = sympify(e)
+        if e.is_Integer:
+            return int(e)
+        v = e.xreplace({s: sympy.Integer(h) for s, h in self.var_to_hint.items()})
+        if not v.is_Integer:
+            raise SymbolicSizeError(f"size {e} has no hint (symbols without one: "
+                                    f"{sorted(map(str, v.free_symbols))})")
+        return int(v)
+
+    def size_hints(self, es) -> tuple:
+        return tuple(self.size_hint(e) for e in es)
+
+    def evaluate_static_shape(self, e) -> int:
+        """``e`` as an int when it is one for every value of the symbols; else SymbolicSizeError."""
+        e = self.simplify(e)
+        if not e.is_Integer:
+            raise SymbolicSizeError(f"size {e} is symbolic where this stage needs a static size")
+        return int(e)
+
+    def simplify(self, e) -> sympy.Expr:
+        e = sympify(e)
+        return e if e.is_Integer else sympy.simplify(e)
+
+    def is_static(self, e) -> bool:
+        return sympify(e).is_Integer
+
+    def is_size_expr(self, e) -> bool:
+        """Is ``e`` an expression of sizes only (integers, this graph's symbols, the arithmetic
+        and the floor/ceiling/Mod/Max/Min of sizes) — not of loop variables or unknown functions?"""
+        e = sympify(e)
+        if e.is_Integer:
+            return True
+        if not e.free_symbols <= self.symbols or e.has(sympy.Derivative, sympy.Subs):
+            return False
+        return all(isinstance(f, _SIZE_FUNCTIONS) for f in e.atoms(sympy.Function))
+
+    # -- proofs ------------------------------------------------------------------------------------
+    def _nonnegative(self, e) -> bool:
+        """Is ``e >= 0`` for every value of the symbols in their ranges?  Each symbol ``s`` in
+        ``[lo, hi]`` is written ``lo + t`` (and ``hi - u``) with ``t, u >= 0``; sympy's sign
+        assumptions then decide polynomials with the right signs (sound, not complete)."""
+        e = sympy.expand(sympify(e))
+        if e.is_Number:
+            return bool(e >= 0)
+        if not self.is_size_expr(e):
+            return False
+        low = {s: self.var_to_range[s][0] + sympy.Symbol(f"_t_{s}", integer=True, nonnegative=True)
+               for s in e.free_symbols}
+        if sympy.expand(e.xreplace(low)).is_nonnegative:
+            return True
+        if all(self.var_to_range[s][1] is not None for s in e.free_symbols):
+            high = {s: self.var_to_range[s][1] - sympy.Symbol(f"_u_{s}", integer=True, nonnegative=True)
+                    for s in e.free_symbols}
+            return bool(sympy.expand(e.xreplace(high)).is_nonnegative)
+        return False
+
+    def statically_known_equals(self, a, b) -> bool:
+        a, b = sympify(a), sympify(b)
+        if a.is_Integer and b.is_Integer:
+            return a == b
+        d = sympy.expand(a - b)
+        return d == 0 if d.is_Number else (self.is_size_expr(d) and self.simplify(d) == 0)
+
+    def statically_known_leq(self, a, b) -> bool:
+        a, b = sympify(a), sympify(b)
+        if a.is_Integer and b.is_Integer:
+            return bool(a <= b)
+        return self._nonnegative(sympify(b) - sympify(a))
+
+    def statically_known_lt(self, a, b) -> bool:
+        a, b = sympify(a), sympify(b)
+        if a.is_Integer and b.is_Integer:
+            return bool(a < b)
+        return self._nonnegative(sympify(b) - sympify(a) - 1)
+
+    def statically_known_multiple_of(self, e, m) -> bool:
+        """Is ``e`` divisible by the integer ``m`` for every value of the symbols?  (A polynomial
+        in the symbols whose every coefficient is.)"""
+        e, m = sympify(e), int(m)
+        if e.is_Integer:
+            return int(e) % m == 0
+        if not self.is_size_expr(e):
+            return False
+        syms = sorted(e.free_symbols, key=str)
+        e = sympy.expand(e)
+        if not e.is_polynomial(*syms):
+            return False
+        return all(c.is_Integer and int(c) % m == 0 for c in sympy.Poly(e, *syms).coeffs())
+
+    def statically_known_true(self, cond) -> bool:
+        """Does the relation ``cond`` (``a <= b``, ``Eq(a, b)``, ...; or a bool) hold for every
+        value of the symbols?"""
+        cond = sympy.sympify(cond)
+        if cond in (sympy.true, sympy.false):
+            return bool(cond)
+        a, b = cond.lhs, cond.rhs
+        if isinstance(cond, sympy.Eq):
+            return self.statically_known_equals(a, b)
+        if isinstance(cond, sympy.Ne):
+            return self.statically_known_lt(a, b) or self.statically_known_lt(b, a)
+        if isinstance(cond, sympy.Le):
+            return self.statically_known_leq(a, b)
+        if isinstance(cond, sympy.Lt):
+            return self.statically_known_lt(a, b)
+        if isinstance(cond, sympy.Ge):
+            return self.statically_known_leq(b, a)
+        if isinstance(cond, sympy.Gt):
+            return self.statically_known_lt(b, a)
+        return False
+
+    def guard_equals(self, a, b) -> sympy.Expr:
+        """``a``, after making sure ``a == b``: proved, or true at the hints and recorded in
+        :attr:`guards` (the input check tests it); raises ValueError when false at the hints."""
+        if self.statically_known_equals(a, b):
+            return sympify(a)
+        if self.size_hint(a) != self.size_hint(b):
+            raise ValueError(f"sizes {a} and {b} differ ({self.size_hint(a)} != {self.size_hint(b)})")
+        self.guards.append(sympy.Eq(sympify(a), sympify(b)))
+        return sympify(a)
+
+    # -- layouts -----------------------------------------------------------------------------------
+    def contiguous_strides(self, size) -> tuple:
+        """Row-major strides of ``size`` (a size-0 dim counts as 1, as torch's)."""
+        strides, acc = [], sympy.Integer(1)
+        for s in reversed(size):
+            strides.append(acc)
+            acc = acc * sympy.Max(sympify(s), 1)
+        return tuple(reversed(strides))
+
+
+_STATIC = SizeVarAllocator()
+_CURRENT: contextvars.ContextVar = contextvars.ContextVar("tp_stax_sizevars", default=_STATIC)
+
+
+def current() -> SizeVarAllocator:
+    """The allocator of the graph being compiled (a static one outside a compilation)."""
+    return _CURRENT.get()
+
+
+@contextlib.contextmanager
+def use(allocator: SizeVarAllocator):
+    """Make ``allocator`` the one the module-level functions ask, inside the block."""
+    token = _CURRENT.set(allocator)
+    try:
+        yield allocator
+    finally:
+        _CURRENT.reset(token)
+
+
+def _ask_current(name):
+    """The module-level ``name``: the method of the same name of :func:`current`'s allocator."""
+    method = getattr(SizeVarAllocator, name)
+
+    def ask(*args):
+        return method(current(), *args)
+    ask.__name__ = ask.__qualname__ = name
+    ask.__doc__ = method.__doc__
+    return ask
+
+
+size_hint = _ask_current("size_hint")
+size_hints = _ask_current("size_hints")
+is_static = _ask_current("is_static")
+is_size_expr = _ask_current("is_size_expr")
+evaluate_static_shape = _ask_current("evaluate_static_shape")
+statically_known_true = _ask_current("statically_known_true")
+statically_known_equals = _ask_current("statically_known_equals")
+statically_known_leq = _ask_current("statically_known_leq")
+statically_known_lt = _ask_current("statically_known_lt")
+statically_known_multiple_of = _ask_current("statically_known_multiple_of")
+guard_equals = _ask_current("guard_equals")
+contiguous_strides = _ask_current("contiguous_strides")
+
+
+def numel(size) -> sympy.Expr:
+    """The product of ``size`` (1 for ``()``) as an expression."""
+    return sympify(math.prod(size, start=sympy.Integer(1)))

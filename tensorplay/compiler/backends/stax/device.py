@@ -70,6 +70,12 @@ class DeviceBackend:
         buffers named by ``params``, in order."""
         raise NotImplementedError
 
+    def fits_row_scratch(self, elements) -> bool:
+        """Can a kernel keep a per-row scratch array of ``elements`` values (a value a later phase of
+        the row reads back)?  Asked by lowerings that would make one (softmax's exp over the
+        trailing dim: realized when it fits, recomputed otherwise).  Default: yes."""
+        return True
+
     def generate_wrapper(self, graph, sched, kernels, **options):
         """(source, materialized) of a device-specific wrapper for ``options`` (e.g. the CPU's
         ``cpp_wrapper=True``), or None for the common Python wrapper (codegen/wrapper.py)."""

@@ -8,7 +8,7 @@ wrapper and the C++ wrapper (``options={"stax.cpp_wrapper": True}``):
 * **cold**: an empty ``TP_CACHE_DIR`` (so the compiler probes run too);
 * **warm**: a new process on the cache the cold run just filled.  It must run no compiler: every
   compiler run (build or probe) appends a line ``<pid> <seconds> <command>`` to
-  ``$TP_COMPILE_LOG`` (codecache._run_compiler); the count is reported and must be 0.
+  ``$TP_COMPILE_LOG`` (codecache.run_build_tool); the count is reported and must be 0.
 
 Reported per case, median [95% CI] over the repeats (Prop. 13.2), in seconds: the first call (from
 ``tp.compile`` to the result: capture, passes, Stax's Python work, compiling and loading), its

@@ -111,6 +111,11 @@ KNOBS = {k.name: k for k in (
     _k("stax.cpp.isa", str, "", "force an ISA level: avx512, avx2, sse or scalar (empty: detect)", "TP_CPU_ISA",
        keyed=True),
 
+    # -- the device backends of Stax (backends/stax/device.py; keyed: they generate the code) ---------------
+    _k("stax.cpu_backend", str, "cpp", "the Stax device backend that generates the kernels of CPU tensors, by its "
+                                       "registered name ('cpp': C++ with OpenMP and SIMD)", "TP_STAX_CPU_BACKEND",
+       keyed=True),
+
     # -- device-neutral heuristics of Stax (choices.py, lowering) ------------------------------------------
     _k("stax.horizontal_fusion", bool, True, "fuse groups that share an input but do not depend on each other "
                                              "(example 7.2; experiment 4)", "TP_STAX_HORIZONTAL_FUSION", keyed=True),

@@ -215,7 +215,7 @@ def test_content_addressing(cache, monkeypatch, counting_cxx):
     # same source -> same key and folder; nothing new is compiled
     assert cb.cpp_key(src) == key
     assert cb.load_cpp(src) is lib
-    assert cc.stats["cpp_compiles"] == 1
+    assert cc.stats["builds"] == 1
     # a different source, ISA, or TP_CXXFLAGS -> a different key
     keys = {key, cb.cpp_key(kernel_src("addr", 3.0)), cb.cpp_key(src, "scalar"),
             cb.cpp_key(src, "sse")}
@@ -247,7 +247,7 @@ def test_headers_are_part_of_the_key(tmp_path, monkeypatch):
     k2 = cb.cpp_key(src)
     assert k2 != k1
     assert run_kernel(cb.load_cpp(src).k) == expected(3.0)
-    assert cc.stats["cpp_compiles"] == 2
+    assert cc.stats["builds"] == 2
 
 
 def test_threads_compile_each_kernel_once():
@@ -266,7 +266,7 @@ def test_threads_compile_each_kernel_once():
     for t in ts:
         t.join()
     assert not errs and len(libs) == 8 and all(lib is libs[0] for lib in libs)
-    assert cc.stats["cpp_compiles"] == 1
+    assert cc.stats["builds"] == 1
 
 
 # --------------------------------------------------------------------------------------------
@@ -277,13 +277,13 @@ def test_warm_cache_in_process_never_compiles(cache, monkeypatch, failing_cxx):
     srcs = [kernel_src(f"warm{i}", float(i)) for i in range(3)]
     for s in srcs:
         cb.load_cpp(s)
-    assert cc.stats["cpp_compiles"] == 3
+    assert cc.stats["builds"] == 3
     cc.clear_memo()  # as if the process had just started (libraries stay on disk)
     script, log = failing_cxx
     monkeypatch.setenv("TP_CXX", str(script))
     for i, s in enumerate(srcs):
         assert run_kernel(cb.load_cpp(s).k) == expected(float(i))
-    assert cc.stats["cpp_compiles"] == 3
+    assert cc.stats["builds"] == 3
     assert log.read_text() == ""  # no compile attempt
     # and a cold kernel really does need the (failing) compiler
     with pytest.raises(cb.CppCompileError, match="refusing to compile"):
@@ -297,7 +297,7 @@ def test_warm_cache_new_process_with_failing_compiler(tmp_path, failing_cxx):
     script, log = failing_cxx
     out = run_child(tmp_path, srcs, {"TP_CXX": str(script)})
     assert out["results"] == [expected(0.0), expected(1.0)]
-    assert out["stats"]["cpp_compiles"] == 0 and out["stats"]["cpp_hits"] == 2
+    assert out["stats"]["builds"] == 0 and out["stats"]["build_hits"] == 2
     assert log.read_text() == ""
 
 
@@ -307,12 +307,12 @@ def test_warm_new_process_runs_nothing_at_all(tmp_path, counting_cxx):
     script, log = counting_cxx
     srcs = [kernel_src(f"count{i}", float(i)) for i in range(2)]
     first = run_child(tmp_path, srcs, {"TP_CXX": str(script)}, tag="first")
-    assert first["stats"]["cpp_compiles"] == 2
+    assert first["stats"]["builds"] == 2
     n = len(log.read_text().splitlines())
     assert sum("-shared" in ln for ln in log.read_text().splitlines()) == 2
     second = run_child(tmp_path, srcs, {"TP_CXX": str(script)}, tag="second")
     assert second["results"] == first["results"] == [expected(0.0), expected(1.0)]
-    assert second["stats"]["cpp_compiles"] == 0
+    assert second["stats"]["builds"] == 0
     assert len(log.read_text().splitlines()) == n
 
 
@@ -340,8 +340,8 @@ def test_four_processes_compile_each_kernel_once(tmp_path, cache):
     assert len(compiles) == 3
     for k in keys:
         assert sum(k in ln for ln in compiles) == 1
-    assert sum(o["stats"]["cpp_compiles"] for o in outs) == 3
-    assert sum(o["stats"]["cpp_hits"] for o in outs) == 4 * 3 - 3
+    assert sum(o["stats"]["builds"] for o in outs) == 3
+    assert sum(o["stats"]["build_hits"] for o in outs) == 4 * 3 - 3
     assert tmp_files(cache) == []
 
 
@@ -376,7 +376,7 @@ def test_damaged_library_is_rebuilt(tmp_path, cache, damage):
     else:
         (d / "kernel.so.sha256").unlink()
     assert run_kernel(cb.load_cpp(src).k) == expected(5.0)
-    assert cc.stats["cpp_compiles"] == 1
+    assert cc.stats["builds"] == 1
     import hashlib
     assert (d / "kernel.so.sha256").read_text().strip() == \
         hashlib.sha256(so.read_bytes()).hexdigest()
@@ -400,7 +400,7 @@ def test_compile_error_carries_stderr_and_source(cache):
     assert str(e.source_path) in msg
     assert not (e.source_path.parent / "kernel.so").exists()
     assert tmp_files(cache) == []
-    assert cc.stats["cpp_compiles"] == 0
+    assert cc.stats["builds"] == 0
 
 
 # --------------------------------------------------------------------------------------------
@@ -488,7 +488,7 @@ def test_async_compile_parallel(tmp_path, monkeypatch):
         fn = scope[f"kernel{i}"]
         assert isinstance(fn, ctypes._CFuncPtr) and fn.restype is None
         assert run_kernel(fn) == expected(float(i))
-    assert cc.stats["cpp_compiles"] == 4
+    assert cc.stats["builds"] == 4
     events = [ln.split() for ln in log.read_text().splitlines()]
     starts = [int(t) for e, t in events if e == "start"]
     ends = [int(t) for e, t in events if e == "end"]
@@ -496,7 +496,7 @@ def test_async_compile_parallel(tmp_path, monkeypatch):
     # already loaded: resolved at once, without the pool
     again = a.cpp(kernel_src("par0", 0.0, "kernel0"), "kernel0")
     assert again.done() and run_kernel(again.result()) == expected(0.0)
-    assert cc.stats["cpp_compiles"] == 4
+    assert cc.stats["builds"] == 4
 
 
 def test_async_compile_errors_name_the_kernel(monkeypatch):

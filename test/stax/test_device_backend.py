@@ -6,7 +6,8 @@ that prints each ``ops`` call as one line of torch code on 0-d tensors, inside p
 over the plan's index variables (phases in order, a reduction's accumulator per row) -- a small
 reference interpreter of the plan, fine for small tensors.  Registered for ``"cpu"`` in place of
 the C++ backend, it runs the chapter's examples 1.1, 7.1 and 7.2 and a few more programs through
-``tp.compile(backend="stax")`` with no C++ built, and the values match eager.
+``tp.compile(backend="stax")`` with no C++ built, and the values match eager.  Registered beside it
+under a name of its own, the knob ``stax.cpu_backend`` selects it.
 """
 import math
 import os
@@ -258,3 +259,47 @@ def test_a_device_without_a_backend_is_rejected():
     tp.compile(lambda x: x * 2, backend=capture)(tp.randn(3))
     with pytest.raises(StaxStrictError, match="no device backend for meta tensors .registered: cpu"):
         stax_backend(got["gm"], [tp.from_torch(torch.empty(3, device="meta"))])
+
+
+class CountingStub(PythonStubBackend):
+    """The stub, and the wrapper counts the calls of its kernels (``ran``)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ran = []
+
+    def wrapper_imports(self):
+        return ["from tensorplay.compiler.backends.stax import device as _device",
+                "_ran = _device.device_backend('cpu').ran"]      # imported while this backend is selected
+
+    def kernel_call(self, name, params):
+        return f"_ran.append({name!r}); {super().kernel_call(name, params)}"
+
+
+def test_a_second_cpu_backend_is_selected_by_the_knob(config_patch):
+    """Two backends for "cpu", each under its name; ``stax.cpu_backend`` picks the one that runs, is
+    part of the compiled-graph key (config.digest), and an unknown name raises naming the registered."""
+    from tensorplay.compiler import config
+    config_patch("stax.graph_cache", False)
+    stub = CountingStub()
+    assert device.register_device_backend("cpu", stub, name="python-stub") is None
+    try:
+        assert device.registered_backends("cpu") == ["cpp", "python-stub"]
+        assert isinstance(device.device_backend("cpu"), CppBackend)        # the default: "cpp"
+        digest = config.digest()
+        x, w = tp.randn(6, 17), tp.randn(6, 17)
+        with config.patch({"stax.cpu_backend": "python-stub"}):
+            assert device.device_backend("cpu") is stub and config.digest() != digest
+            f = tp.compile(ex11, backend="stax")
+            f(x, w)                   # the capture run (eager's values); compiles through the stub
+            assert stub.rendered and not stub.ran
+            x2, w2 = tp.randn(6, 17), tp.randn(6, 17)
+            got = f(x2, w2)           # the compiled wrapper, its kernels the stub's
+        assert stub.ran
+        torch.testing.assert_close(got._data, ex11(x2, w2)._data, rtol=1e-5, atol=1e-5)
+        with config.patch({"stax.cpu_backend": "nosuch"}):
+            with pytest.raises(ValueError, match=r"stax.cpu_backend='nosuch'.*registered: cpp, python-stub"):
+                device.device_backend("cpu")
+    finally:
+        assert device.unregister_device_backend("cpu", "python-stub") is stub
+    assert device.registered_backends("cpu") == ["cpp"]

@@ -11,8 +11,10 @@ Read in pipeline order:
   scheduler.py        dependency graph, greedy fusion, local (never written) buffers
   kernel_plan.py      one KernelPlan per fused group: loops and merges, phases, accesses, bounds
   device.py           the device seam: DeviceBackend (plan, render, how the wrapper defines and calls
-                      a kernel), register_device_backend(device, backend)
-  codegen/wrapper.py  the generated Python ``call(args)`` module (device-neutral)
+                      a kernel), register_device_backend(device, backend, name); a knob per device
+                      (stax.cpu_backend) picks among the backends registered for it
+  codegen/wrapper.py  the generated Python ``call(args)`` module (device-neutral; CallWriter writes
+                      the body of every wrapper's ``call``)
   codecache.py        content-addressed disk cache (TP_CACHE_DIR), file locks, compiled graphs
   debug.py            TP_STAX_DEBUG dumps of every stage (loop IR, schedule, plans, code)
   cpp/                the CPU's backend: C++ kernels (OpenMP + SIMD), their build and call

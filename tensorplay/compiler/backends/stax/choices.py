@@ -40,7 +40,6 @@ KNOB_NAMES = {
     "HORIZONTAL_FUSION": "stax.horizontal_fusion",
     "KEEP_REALIZED_LOCAL": "stax.keep_realized_local",
     "SDPA_DECOMPOSE_MAX_SCORES": "stax.sdpa_decompose_max_scores",
-    "SCRATCH_MAX_BYTES": "stax.cpp.scratch_max_bytes",
 }
 
 

@@ -11,12 +11,11 @@ Python wrapper modules and the compiled graphs.
 
 Layout of ``cache_dir()`` (``$TP_CACHE_DIR``; see docs/cache.md)::
 
-    <key[:2]>/<key>/kernel.cpp          the C++ source (kept; compile errors point at it)
-    <key[:2]>/<key>/kernel.so           the shared library
-    <key[:2]>/<key>/kernel.so.sha256    SHA-256 of kernel.so (truncation/corruption check)
+    <key[:2]>/<key>/...                 a device backend's build artifacts (the CPU's, cpp/build.py:
+                                        kernel.cpp, kernel.so and its SHA-256 kernel.so.sha256)
     <key[:2]>/<key>/wrapper.py          a generated Python wrapper module (kernels as strings)
     <key[:2]>/<key>/graph.json          a compiled graph: its wrapper's source and facts (below)
-    probes/                             persisted one-off probes (compiler version, CPU ISA)
+    probes/                             persisted one-off probes (the CPU's: compiler version, ISA)
 
 Concurrency (several processes, several threads): an entry is written only when missing, always
 to a temporary file in the same folder followed by an atomic ``os.replace``, so a reader sees no
@@ -34,11 +33,13 @@ every ``.py`` file of the tensorplay package (so any change of the compiler is a
 user code the process added to Stax (lowerings registered or overridden from a script, Stax
 functions replaced by a script: usercode.py); ``TP_GRAPH_CACHE=0`` turns it off.
 
-Knobs (``TP_CXX``, ``TP_CACHE_DIR``, ...) are read through :mod:`tensorplay.compiler.config`.
+Knobs (``TP_CACHE_DIR``, ``TP_GRAPH_CACHE``, ...) are read through :mod:`tensorplay.compiler.config`.
 
-Every compiler run goes through :func:`_run_compiler`, which counts it in ``stats["compiler_runs"]``
-and, when ``$TP_COMPILE_LOG`` names a file, appends the command there as one line (tests and
-``benchmarks/compile_time.py`` use it to prove that a warm process runs no compiler).
+Every run of an external build tool (a compiler) goes through :func:`run_build_tool`, which counts it
+in ``stats["compiler_runs"]`` and, when ``$TP_COMPILE_LOG`` names a file, appends the command there
+as one line (tests and ``benchmarks/compile_time.py`` use it to prove that a warm process runs no
+compiler).  A backend's build counts what it built in ``stats["builds"]`` and what it found built
+in ``stats["build_hits"]``.
 """
 from __future__ import annotations
 
@@ -68,14 +69,14 @@ except ImportError:     # this file loaded alone, by its path (the code cache's 
 __all__ = [
     "cache_dir", "write_py", "load_py", "py_key", "entry_dir", "stats", "on_clear_memo",
     "clear_memo", "compile_log_path", "graph_key", "load_graph", "save_graph",
-    "graph_constants",
+    "graph_constants", "run_build_tool",
 ]
 
 #: Bumped when the layout of an entry or the meaning of a key changes (part of every key).
 CACHE_VERSION = "stax-codecache-1"
 
 #: In-process counters (tests read them).
-stats = {"cpp_compiles": 0, "cpp_hits": 0, "py_writes": 0, "compiler_runs": 0, "graph_hits": 0}
+stats = {"builds": 0, "build_hits": 0, "py_writes": 0, "compiler_runs": 0, "graph_hits": 0}
 _stats_lock = threading.Lock()
 
 
@@ -90,8 +91,8 @@ def compile_log_path() -> Path | None:
     return Path(env) if env else None
 
 
-def _run_compiler(cmd, **kw) -> subprocess.CompletedProcess:
-    """Run the compiler (builds and probes alike): counted, and logged to ``$TP_COMPILE_LOG`` as
+def run_build_tool(cmd, **kw) -> subprocess.CompletedProcess:
+    """Run a build tool, e.g. the compiler (builds and probes alike): counted, and logged to ``$TP_COMPILE_LOG`` as
     ``<pid> <seconds> <command>`` (one line per run, written when it ends)."""
     _count("compiler_runs")
     log = compile_log_path()

@@ -7,7 +7,7 @@ Every value of the loop-level IR is a function from an index to a value, written
         return ops.mul(ops.relu(x), ops.constant(2.0, torch.float32))
 
 ``ops`` forwards every call to the *current handler* (``set_handler``), so one compute function has
-several meanings: the C++ printer (codegen/cpp.py) turns it into kernel source, a range analysis
+several meanings: the CPU backend's printer (cpp/ops.py) turns it into kernel source, a range analysis
 could bound it, a counter could price it (materialisation decisions, §6.6).
 
 The interface (all handlers accept these; values are handler-specific objects):

@@ -33,7 +33,7 @@ from .. import choices
 from ..ir import ExternBuffer, InputBuffer, ReinterpretView
 from ..sizevars import evaluate_static_shape
 
-__all__ = ["generate_wrapper", "BufferPlan"]
+__all__ = ["generate_wrapper", "CallWriter", "BufferPlan"]
 
 
 def _tuple(t):
@@ -66,35 +66,86 @@ def generate_wrapper(graph, sched, kernels, backend) -> tuple[str, set]:
     L.append("")
     L.append("")
     L.append("def call(args):")
-    L += unpack_args(graph)
-    L += input_checks(graph)
-    for c in graph.constants:
-        L.append(f"    {c} = constants['{c}']")
-    plan = BufferPlan(graph, sched)
-    alloc_line = {}
-    for step, g in enumerate(sched.groups):
-        if g.is_extern:
-            L.append(plan.extern(g))
-        else:
-            kname, src, params = kernels[id(g)]
-            for name, lay, old in plan.allocations(g, params):
-                if old is not None:
-                    L.append(f"    {name} = {old}; del {old}  # reuse")
-                else:
-                    alloc_line[name] = len(L)
-                    L.append(allocation(name, lay))
-            L.append(f"    {backend.kernel_call(kname, params)}")
-        for r in plan.dead_after(step, g):   # free what is dead after this step
-            L.append(f"    del {r}")
-    for dst, src in graph.mutations:
-        L.append(f"    {dst.name}.copy_({_ref(src)})")
-    # buffers still in the free pool are dead intermediates: kept for the next call
-    for name, root in (plan.spare_buffers() if choices.keep_buffers() else ()):
-        L[alloc_line[root]] = L[alloc_line[root]].replace(f"{root} = _empty(", f"{root} = take(spare, '{root}', ")
-        L.append(f"    stash(spare, '{root}', {name})")
-    outs = [_ref(o) for o in graph.outputs]
-    L.append(f"    return ({''.join(o + ', ' for o in outs)})")
-    return "\n".join(L) + "\n", plan.materialized
+    writer = CallWriter(graph, sched, kernels, backend)
+    L += writer.write()
+    return "\n".join(L) + "\n", writer.plan.materialized
+
+
+class CallWriter:
+    """The body of ``call(args)``, written here once for every wrapper: name the inputs, test their
+    assumed sizes and strides, read the constants; then per scheduled group, in order, an extern
+    call, or a kernel's allocations (fresh or a dead buffer reused, :class:`BufferPlan`) and its
+    call; after each group the frees; then the write-back of mutated inputs and the outputs.
+
+    The hooks below are the Python wrapper's: each kernel called through the backend's
+    ``kernel_call``, each dead buffer deleted at once, the spare buffers kept for the next call
+    (``take``/``stash``).  A wrapper that calls kernels otherwise overrides them (the CPU's C++
+    wrapper, cpp/wrapper.py: kernels between two extern calls run as one entry, frees deferred to
+    the end of it)."""
+
+    def __init__(self, graph, sched, kernels, backend):
+        self.graph, self.sched, self.kernels, self.backend = graph, sched, kernels, backend
+        self.plan = BufferPlan(graph, sched)
+        self.lines: list = []
+        self.alloc_line: dict = {}      # buffer name -> index of its allocation line
+
+    def write(self) -> list:
+        """The lines of the body (indented, without the ``def call(args):`` head)."""
+        graph, plan, L = self.graph, self.plan, self.lines
+        L += unpack_args(graph)
+        L += input_checks(graph)
+        for c in graph.constants:
+            L.append(f"    {c} = constants['{c}']")
+        for step, g in enumerate(self.sched.groups):
+            if g.is_extern:
+                self.extern(g)
+            else:
+                kname, _, params = self.kernels[id(g)]
+                for name, lay, old in plan.allocations(g, params):
+                    if old is not None:
+                        self.reuse(name, old)
+                    else:
+                        self.allocate(name, lay)
+                self.kernel(kname, params)
+            self.free(g, plan.dead_after(step, g))
+        self.end_of_groups()
+        for dst, src in graph.mutations:
+            L.append(f"    {dst.name}.copy_({_ref(src)})")
+        self.before_return()
+        L.append(f"    return ({''.join(_ref(o) + ', ' for o in graph.outputs)})")
+        return L
+
+    # ---- hooks ---------------------------------------------------------------------------------------
+    def extern(self, g):
+        """An extern or fallback group (a call into ATen)."""
+        self.lines.append(self.plan.extern(g))
+
+    def reuse(self, name, old):
+        """Buffer ``name`` takes the memory of the dead buffer ``old``."""
+        self.lines.append(f"    {name} = {old}; del {old}  # reuse")
+
+    def allocate(self, name, lay):
+        self.alloc_line[name] = len(self.lines)
+        self.lines.append(allocation(name, lay))
+
+    def kernel(self, kname, params):
+        self.lines.append(f"    {self.backend.kernel_call(kname, params)}")
+
+    def free(self, g, dead):
+        """After group ``g``: the buffers it read last (``dead``)."""
+        for r in dead:
+            self.lines.append(f"    del {r}")
+
+    def end_of_groups(self):
+        """After the last group, before the write-back of mutated inputs."""
+
+    def before_return(self):
+        """Buffers still in the free pool are dead intermediates: kept for the next call."""
+        L = self.lines
+        for name, root in (self.plan.spare_buffers() if choices.keep_buffers() else ()):
+            i = self.alloc_line[root]
+            L[i] = L[i].replace(f"{root} = _empty(", f"{root} = take(spare, '{root}', ")
+            L.append(f"    stash(spare, '{root}', {name})")
 
 
 def input_checks(graph) -> list:

@@ -17,11 +17,12 @@ Read in pipeline order:
   call.py           the call extension: Python runs an entry on the data pointers (ctypes fallback)
   backend.py        CppBackend, the DeviceBackend of the CPU (device.py), registered here
 
-Importing this package registers it for ``"cpu"`` (tensorplay.compiler imports it).
+Importing this package registers it for ``"cpu"`` under the name ``"cpp"`` (tensorplay.compiler imports
+it; the knob ``stax.cpu_backend`` selects it, by default).
 """
 from ..device import register_device_backend
 from .backend import CppBackend
 
 __all__ = ["CppBackend"]
 
-register_device_backend("cpu", CppBackend())
+register_device_backend("cpu", CppBackend(), name="cpp")

@@ -214,7 +214,7 @@ class AsyncCompile:
         key = build.cpp_key(source, isa, extra)
         lib = build._libs.get(key)
         if lib is not None:  # already loaded in this process: no trip through the pool
-            codecache._count("cpp_hits")
+            codecache._count("build_hits")
             fut.set_result(lib)
         else:
             fut = _get_pool(n).submit(build.load_cpp, source, isa, extra)

@@ -41,6 +41,10 @@ class CppBackend(DeviceBackend):
     def kernel_call(self, name, params):
         return f"{name}({', '.join(f'{p}.data_ptr()' for p in params)})"
 
+    def fits_row_scratch(self, elements):
+        from .choices import row_scratch_fits
+        return row_scratch_fits(elements)
+
     def generate_wrapper(self, graph, sched, kernels, cpp_wrapper=False, **options):
         if not cpp_wrapper:
             return None

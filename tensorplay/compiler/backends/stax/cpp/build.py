@@ -47,7 +47,7 @@ except ImportError:     # this file loaded alone, by its path (the code cache's 
     config = codecache.config
 
 CACHE_VERSION = codecache.CACHE_VERSION
-_count, _run_compiler, cache_dir, entry_dir = codecache._count, codecache._run_compiler, codecache.cache_dir, codecache.entry_dir
+_count, run_build_tool, cache_dir, entry_dir = codecache._count, codecache.run_build_tool, codecache.cache_dir, codecache.entry_dir
 _sha256_parts, _sha256_file, _tmp_name = codecache._sha256_parts, codecache._sha256_file, codecache._tmp_name
 _atomic_write, _unlink_quiet, _file_lock, _thread_lock = (codecache._atomic_write, codecache._unlink_quiet,
                                                           codecache._file_lock, codecache._thread_lock)
@@ -153,7 +153,7 @@ def _compiler_version(cxx: tuple, cache: str) -> str:
     if isinstance(rec, dict) and isinstance(rec.get("version"), str):
         return rec["version"]
     try:
-        proc = _run_compiler([*cxx, "--version"], timeout=60)
+        proc = run_build_tool([*cxx, "--version"], timeout=60)
     except (OSError, subprocess.SubprocessError) as e:
         raise CppCompileError(f"cannot run the C++ compiler {shlex.join(cxx)!r} "
                               f"(set TP_CXX): {e}") from e
@@ -221,7 +221,7 @@ def _compiler_accepts(isa: str) -> bool:
         cmd = [*_cxx(), "-O2", "-std=c++17", "-fPIC", "-c", *isa_flags(isa), str(src),
                "-o", str(Path(d) / "probe.o")]
         try:
-            proc = _run_compiler(cmd, timeout=120)
+            proc = run_build_tool(cmd, timeout=120)
         except (OSError, subprocess.SubprocessError):
             return False
         return proc.returncode == 0
@@ -353,7 +353,7 @@ def _build(source: str, isa: str, d: Path, extra=()) -> None:
     cmd = cpp_compile_command(src, tmp, isa, extra)
     try:
         try:
-            proc = _run_compiler(cmd, cwd=d)
+            proc = run_build_tool(cmd, cwd=d)
         except OSError as e:
             raise CppCompileError(f"cannot run the C++ compiler: {e}", source_path=src,
                                   cmd=cmd) from e
@@ -373,7 +373,7 @@ def _build(source: str, isa: str, d: Path, extra=()) -> None:
         os.replace(tmp, d / "kernel.so")
     finally:
         _unlink_quiet(tmp)
-    _count("cpp_compiles")
+    _count("builds")
     said = ((proc.stderr or "") + (proc.stdout or "")).strip()
     if said:    # generated code compiles silently on every ISA level: anything printed is a bug to fix
         _atomic_write(d / "compiler_output.txt", said + "\n")
@@ -400,25 +400,25 @@ def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
     key = cpp_key(source, isa, extra)
     lib = _libs.get(key)
     if lib is not None:
-        _count("cpp_hits")
+        _count("build_hits")
         return lib
     with _thread_lock(key):
         lib = _libs.get(key)
         if lib is not None:
-            _count("cpp_hits")
+            _count("build_hits")
             return lib
         d = entry_dir(key)
         so = d / "kernel.so"
         if _entry_valid(d):
             lib = _dlopen(so)
         if lib is not None:
-            _count("cpp_hits")
+            _count("build_hits")
         else:
             with _file_lock(d / ".lock"):
                 if _entry_valid(d):  # double check: another process may have built it
                     lib = _dlopen(so)
                 if lib is not None:
-                    _count("cpp_hits")
+                    _count("build_hits")
                 else:
                     _build(source, isa, d, extra)
                     try:

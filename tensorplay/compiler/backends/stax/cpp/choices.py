@@ -6,6 +6,7 @@ backend decides that another device would decide differently.
 * :func:`prefetch_chunk` — request a vector loop's read streams from memory a block at a time (§8)?
   :func:`split_loads` — or load them as half-width pieces instead?
 * :func:`omp_schedule` — the OpenMP schedule of a kernel's parallel loop (Alg. 8.1)?
+* :func:`row_scratch_fits` — may a kernel keep a per-row scratch array of this length on its stack?
 
 The device-neutral ones (should_realize, can_fuse, score_fusion, ...) are ../choices.py.  Every
 threshold is a knob ``stax.cpp.*`` of tensorplay/compiler/config.py, read at each use; the
@@ -23,7 +24,7 @@ from .... import config
 from ..choices import knob_views, price
 
 __all__ = ["parallel_depth", "stream_stores", "stream_store_min_bytes", "from_memory", "prefetch_chunk",
-           "split_loads", "omp_schedule", "KNOB_NAMES"]
+           "split_loads", "omp_schedule", "row_scratch_fits", "KNOB_NAMES"]
 
 #: the chapter's names of the CPU heuristics' knobs -> their names in tensorplay/compiler/config.py
 KNOB_NAMES = {
@@ -147,4 +148,13 @@ def prefetch_chunk(n_streams, large_store, values) -> int:
     return 1 << (per.bit_length() - 1)
 
 
+def row_scratch_fits(elements) -> bool:
+    """A per-row scratch array of ``elements`` values (at most 8 bytes each) is kept on the kernel's
+    stack only up to ``SCRATCH_MAX_BYTES`` (``stax.cpp.scratch_max_bytes``): the row must stay in
+    cache.  Asked by the plan (cpp/plan.py refuses a longer one) and, through
+    ``CppBackend.fits_row_scratch``, by the lowerings that would make one."""
+    return elements * 8 <= config.get("stax.cpp.scratch_max_bytes")
+
+
 knob_views(__name__, KNOB_NAMES, {"STREAM_STORE_MIN_BYTES": lambda: stream_store_min_bytes()})
+

@@ -15,7 +15,7 @@ C++ kernel of it does on this CPU, as the named fields of a :class:`CppPlan` (``
   the levels of cascaded summation (blocking.py, sized for the narrowest vector) and the
   accumulators they apply to.
 
-Guarantee: nothing here prints C++; the printer (codegen/cpp.py) reads these fields only.
+Guarantee: nothing here prints C++; the printer (kernel.py) reads these fields only.
 """
 from __future__ import annotations
 
@@ -91,7 +91,7 @@ def n_accumulators(plan, phase) -> int:
 
 def plan_cpp(plan) -> CppPlan:
     """The CPU decisions of ``plan`` (module doc); raises Unsupported when a row's scratch array
-    would not fit in cache (``choices.SCRATCH_MAX_BYTES``)."""
+    would not fit in cache (``choices.row_scratch_fits``)."""
     threads = choices_threads()
     outer = [size_hint(lp.size) for lp in plan.outer_loops]      # heuristics: the size hints
     inner_work = math.prod(size_hint(lp.size) for lp in plan.inner_loops)
@@ -109,7 +109,7 @@ def plan_cpp(plan) -> CppPlan:
     # a purely elementwise kernel with no outer loop: parallelise its (vector) loop
     parallel_inner = (not plan.outer_loops and not plan.has_reduction and bool(plan.inner_loops)
                       and inner_work >= choices.PARALLEL_MIN_WORK)
-    if plan.scratch and inner_work * 8 > choices.SCRATCH_MAX_BYTES:
+    if plan.scratch and not choices.row_scratch_fits(inner_work):
         raise Unsupported("row too long for an in-cache scratch buffer")
     accs, cascades = {}, {}
     for ph in plan.phases:

@@ -52,6 +52,8 @@ Guarantees and limits:
 """
 from __future__ import annotations
 
+from ..codegen.wrapper import CallWriter, allocation, generate_wrapper
+
 __all__ = ["generate_cpp_wrapper", "static_kernel", "kernel_entry"]
 
 # --------------------------------------------------------------------------------------------
@@ -102,52 +104,62 @@ def kernel_entry(kname, params) -> str:
     return seg.cpp()
 
 
+class _SegmentWriter(CallWriter):
+    """The body of the C++ wrapper's ``call(args)``: consecutive kernels are one segment, run by
+    one foreign call (``_call(_entryN, ...)``) when an extern call or the end comes; the buffers that
+    die inside a segment are deleted after its call (its entry uses them all)."""
+
+    def __init__(self, *args):
+        super().__init__(*args)
+        self.segments: list[_Segment] = []
+        self.seg = None
+        self.pending_del: list[str] = []
+
+    def flush(self):
+        if self.seg is not None:
+            self.lines.append(self.seg.py_call())
+            self.segments.append(self.seg)
+            self.seg = None
+        if self.pending_del:
+            self.lines.append(f"    del {', '.join(self.pending_del)}")
+            self.pending_del.clear()
+
+    def extern(self, g):
+        self.flush()   # the extern call may read what the segment's kernels write
+        super().extern(g)
+
+    def reuse(self, name, old):
+        self.lines.append(f"    {name} = {old}  # reuse")
+        self.pending_del.append(old)
+
+    def allocate(self, name, lay):
+        self.lines.append(allocation(name, lay))
+
+    def kernel(self, kname, params):
+        if self.seg is None:
+            self.seg = _Segment(len(self.segments))
+        self.seg.add_kernel(kname, params)
+
+    def free(self, g, dead):
+        self.pending_del += dead
+        if g.is_extern:
+            self.flush()
+
+    def end_of_groups(self):
+        self.flush()
+
+    def before_return(self):
+        pass
+
+
 def generate_cpp_wrapper(graph, sched, kernels, backend) -> tuple[str, set]:
     """Like :func:`codegen.wrapper.generate_wrapper` (same arguments, same result), but the
     kernels are compiled as one translation unit and run through one entry per segment."""
-    from ..codegen.wrapper import BufferPlan, _ref, allocation, generate_wrapper, input_checks, unpack_args  # (ir imports sympy)
     if not kernels:
         return generate_wrapper(graph, sched, kernels, backend)
-    body = unpack_args(graph) + input_checks(graph)
-    for c in graph.constants:
-        body.append(f"    {c} = constants['{c}']")
-    plan = BufferPlan(graph, sched)
-    segments: list[_Segment] = []
-    seg = None
-    pending_del: list[str] = []   # deleted after the segment's call (its entry uses them all)
-
-    def flush():
-        nonlocal seg
-        if seg is not None:
-            body.append(seg.py_call())
-            segments.append(seg)
-            seg = None
-        if pending_del:
-            body.append(f"    del {', '.join(pending_del)}")
-            pending_del.clear()
-
-    for step, g in enumerate(sched.groups):
-        if g.is_extern:
-            flush()   # the extern call may read what the segment's kernels write
-            body.append(plan.extern(g))
-        else:
-            kname, _, params = kernels[id(g)]
-            for name, lay, old in plan.allocations(g, params):
-                if old is not None:
-                    body.append(f"    {name} = {old}  # reuse")
-                    pending_del.append(old)
-                else:
-                    body.append(allocation(name, lay))
-            if seg is None:
-                seg = _Segment(len(segments))
-            seg.add_kernel(kname, params)
-        pending_del += plan.dead_after(step, g)
-        if g.is_extern:
-            flush()
-    flush()
-    for dst, src in graph.mutations:
-        body.append(f"    {dst.name}.copy_({_ref(src)})")
-    body.append(f"    return ({''.join(_ref(o) + ', ' for o in graph.outputs)})")
+    writer = _SegmentWriter(graph, sched, kernels, backend)
+    body = writer.write()
+    segments, plan = writer.segments, writer.plan
 
     tu = ['#include "stax_kernel.h"']
     for kname, src, _ in kernels.values():

@@ -1,8 +1,8 @@
 """nn lowering rules (chapter §6.2–6.5): softmax, the normalisations, pooling, upsampling, losses.
 
 softmax and log_softmax are a max and a sum reduction over the row and a pointwise result (over
-the trailing dim the row's exp becomes a per-row scratch of the one kernel when it fits,
-``choices.SCRATCH_MAX_BYTES``).  layer/batch/group norm take Welford statistics (layer_norm's:
+the trailing dim the row's exp becomes a per-row scratch of the one kernel when the device
+backend says it fits, ``DeviceBackend.fits_row_scratch``).  layer/batch/group norm take Welford statistics (layer_norm's:
 ``LAYER_NORM_STATS``), rms_norm a mean of squares, and normalise pointwise; batch_norm in training
 mode also writes its running statistics back, as eager.  Pooling windows of at most
 ``POOL_UNROLL_MAX`` elements and nearest upsampling are index maps, computed in eager's order of
@@ -22,6 +22,7 @@ import torch
 from .... import config
 from .. import choices
 from ..bounds import _fraction
+from ..device import device_backend
 from ..ir import Pointwise, TensorBox, Unsupported
 from ..ops_handler import ops
 from ..sizevars import evaluate_static_shape
@@ -58,11 +59,11 @@ def _softmax(x, dim, dtype=None):
     # e is read twice (the sum and the division): over the trailing dim, realized, it becomes a
     # per-row scratch value of the one fused kernel, so exp runs once per element (as in the five-op
     # softmax); over another dim it would be a separate pass through memory, and a row too long for
-    # the scratch (choices.SCRATCH_MAX_BYTES) would be refused -- recompute it instead
+    # the device's scratch (device.DeviceBackend.fits_row_scratch) would be refused -- recompute it instead
     e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
     nd = max(len(x.get_size()), 1)      # a 0-d input behaves as one element along dim -1
     row = x.get_size()[dim % nd] if x.get_size() else 1
-    if dim % nd == nd - 1 and row * 8 <= choices.SCRATCH_MAX_BYTES:
+    if dim % nd == nd - 1 and device_backend(torch.device(x.device).type).fits_row_scratch(row):
         _realize(e)
     s = make_reduction(e, dim, True, "sum", out.dtype)
     # one reciprocal per row, then a multiply per element — what eager's softmax kernel does

@@ -67,7 +67,7 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001
             print(f"torch.compile unavailable: {e}")
     if a.cold:
-        from tensorplay.compiler.backends.stax.choices import _last_level_cache_bytes
+        from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes
         evict = torch.randn(max(4 * _last_level_cache_bytes(), 64 << 20) // 4)
         r = compare(fns, repeats=a.repeats, number=1, warmup=100, before=evict.sum)
     else:

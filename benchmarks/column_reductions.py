@@ -8,8 +8,8 @@ and True (after) — and times both and torch eager interleaved, one call of eac
 medians (ms) and the paired ratios (median over rounds of reading i / eager's reading i), which
 stay meaningful on a loaded machine.
 """
+import argparse
 import statistics
-import sys
 import time
 
 import torch
@@ -19,8 +19,12 @@ from tensorplay.compiler import config
 
 
 def main():
-    R, C = (int(a) for a in (sys.argv[1:3] if len(sys.argv) > 2 else (4096, 2048)))
-    rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 21
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("R", type=int, nargs="?", default=4096)
+    ap.add_argument("C", type=int, nargs="?", default=2048)
+    ap.add_argument("rounds", type=int, nargs="?", default=21)
+    a = ap.parse_args()
+    R, C, rounds = a.R, a.C, a.rounds
     xt = torch.randn(R, C)
     x = tp.from_torch(xt)
     cases = {"sum(0)": (lambda x: x.sum(0), lambda t: t.sum(0)),

@@ -34,7 +34,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 import tensorplay as tp  # noqa: E402
 from table13 import _compiled_bytes, cases  # noqa: E402
-from tensorplay.compiler.backends.stax.choices import _last_level_cache_bytes  # noqa: E402
+from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes  # noqa: E402
 from tensorplay.utils.benchmark import compare, format_table, machine_description, paired_ratio, torch_variants  # noqa: E402
 
 

@@ -53,7 +53,7 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn.functional as F
-from tensorplay.compiler.backends.stax.choices import _last_level_cache_bytes
+from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes
 from tensorplay.utils.benchmark import (Stats, compare, format_table, machine_description, paired_ratio,
                                        speedup_decomposition, torch_variants)
 

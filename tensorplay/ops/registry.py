@@ -276,14 +276,14 @@ def _make_function(op: OpDef) -> Callable:
         before = [a for a in s.args if a.name != op.varargs and not a.kwarg_only]
         params = [a.name for a in before] + [f"*{op.varargs}"]
         params += [f"{a.name}={a.default!r}" if a.has_default else a.name for a in s.args if a.kwarg_only]
-        body = (f"    if len({op.varargs}) == 1 and not isinstance({op.varargs}[0], int):\n"
+        body = (f"    if len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
                 f"        {op.varargs} = {op.varargs}[0]\n")
     else:
         params = [s.python_signature()]
         body = ""
     tup = "(" + ", ".join(names) + ("," if len(names) == 1 else "") + ")"
     src = f"def {s.name}({', '.join(params)}):\n{body}    return _call(_op, {tup})\n"
-    ns = {"_call": call, "_op": op}
+    ns = {"_call": call, "_op": op, "torch": torch}
     exec(compile(src, GENERATED, "exec"), ns)
     fn = ns[s.name]
     fn.__doc__ = f"{s.text}\n\n{op.doc}".strip()
@@ -398,7 +398,8 @@ def call(op: OpDef, args: tuple):
             raw[i] = a._data
             if a._requires_grad or (a._base is not None and a.requires_grad):  # a view follows its base
                 req = True
-        elif a is not None and not isinstance(a, (int, float, bool, complex, torch.Tensor)):
+        elif a is not None and not isinstance(a, (int, float, bool, complex, torch.Tensor, torch.SymInt,
+                                                  torch.SymFloat, torch.SymBool)):
             raise TypeError(f"tp.{op.name}: argument '{s.args[i].name}' must be a Tensor or a number, "
                             f"got {type(a).__name__}")
     for i in s.list_pos:

@@ -476,7 +476,33 @@ def _getitem_bwd(ctx, g):
 
 
 def _getitem_kernel(self, indices):
+    if type(self) is torch.Tensor:        # a real or meta tensor (a fake one is a subclass)
+        return self[indices]
+    idx = indices if isinstance(indices, tuple) else (indices,)
+    if any(isinstance(v, torch.SymInt) for i in idx for v in ((i.start, i.stop, i.step) if isinstance(i, slice)
+                                                               else (i,))):
+        return _getitem_symbolic(self, idx)
     return self[indices]
+
+
+def _getitem_symbolic(self, idx):
+    """Basic indexing with symbolic bounds (the dynamic=True shadow run, capture/symbolic.py): dim
+    by dim through ``aten.slice``/``aten.select``, which take SymInts as they are — Python's slice
+    unpacking would turn each into its sample value (a guard that specialises the size)."""
+    n_real = sum(1 for i in idx if i is not None and i is not Ellipsis)
+    out, d = self, 0
+    for i in idx:
+        if i is Ellipsis:
+            d += self.dim() - n_real
+        elif i is None:
+            out = out.unsqueeze(d)
+            d += 1
+        elif isinstance(i, slice):
+            out = torch.ops.aten.slice.Tensor(out, d, i.start, i.stop, 1 if i.step is None else i.step)
+            d += 1
+        else:
+            out = torch.ops.aten.select.int(out, d, i)
+    return out
 
 
 register("getitem(Tensor self, Index indices) -> Tensor", _getitem_kernel, backward=_getitem_bwd, save=(),

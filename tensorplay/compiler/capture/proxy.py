@@ -51,6 +51,32 @@ def where() -> str:
 class Proxy(Tensor):
     _node = None
     _tracer = None
+    _fake = None     # dynamic=True: the symbolic fake tensor of the shadow run (symbolic.py)
+
+    # with dynamic=True, Python reads the symbolic sizes: torch.SymInts that behave like ints and
+    # record shape guards when a branch depends on them
+    @property
+    def shape(self):
+        f = self._fake
+        return self._data.shape if f is None else f.shape
+
+    def size(self, dim=None):
+        f = self._fake
+        if f is None:
+            return super().size(dim)
+        return f.shape if dim is None else f.size(dim)
+
+    def stride(self, dim=None):
+        f = self._fake
+        if f is None:
+            return super().stride(dim)
+        return f.stride() if dim is None else f.stride(dim)
+
+    def numel(self):
+        f = self._fake
+        return self._data.numel() if f is None else f.numel()
+
+    nelement = numel
 
     def _gate(self, kind, convert):
         tr = self._tracer

@@ -11,7 +11,8 @@
   the function's closure cells, its globals, or the state of the module being compiled — which is
   lifted to an extra placeholder and re-read at every call, or a **constant** (made inside the
   function without an op, e.g. ``tp.tensor([...])``), stored in the GraphModule as an attribute;
-* ``bool``/``int``/``float``/``item``/``tolist`` on a proxy record **data gates** (proxy.py).
+* ``bool``/``int``/``float``/``item``/``tolist`` on a proxy record **data gates** (proxy.py);
+* ``dynamic=True``: a shadow run on fake tensors gives every node symbolic sizes (symbolic.py).
 
 Python side effects (prints, appends to lists, counters) happen once, during capture; the compiled
 function replays only tensor operations.  Capture either succeeds for the whole function or raises
@@ -30,6 +31,7 @@ from ...autograd import grad_mode
 from ...ops import registry
 from ..graph import Graph, GraphModule
 from .proxy import CaptureError, Proxy, where
+from .symbolic import SymbolicShapes, hints_of
 from .pytree import tree_flatten
 
 __all__ = ["capture", "Capture", "Gate", "FreeTensor", "find_sources", "TENSOR_LEAF"]
@@ -136,8 +138,11 @@ def _attr_getter(root, path):
 
 
 class Tracer:
-    def __init__(self, execute=True, sources=None):
+    def __init__(self, execute=True, sources=None, dynamic=False):
         self.graph = Graph()
+        # dynamic=True: the symbolic shadow run (symbolic.py); None: static shapes
+        self.sym = SymbolicShapes() if dynamic else None
+        self._fakes: dict = {}                 # id(lifted tensor) -> its static fake (dynamic only)
         self.execute = execute
         self.active = False
         self.gates: list[Gate] = []
@@ -174,6 +179,9 @@ class Tracer:
         p._node = node
         p._tracer = self
         node.meta["val"] = _to_meta(t._data)
+        if self.sym is not None:
+            p._fake = self.sym.input_fake(t._data, node.name, self.n_inputs - 1, name)
+            node.meta["sym"] = p._fake
         self._proxies.append(weakref_ref(p))
         return p
 
@@ -217,6 +225,8 @@ class Tracer:
                 with self.graph.inserting_before(first):
                     node = self.graph.get_attr(attr)
         node.meta["val"] = _to_meta(t._data)
+        if self.sym is not None:
+            node.meta["sym"] = self._fakes[key] = self.sym.static_fake(t._data)
         self._lifted[key] = node
         return node
 
@@ -230,6 +240,8 @@ class Tracer:
         mp = op.schema.mutated_pos
         if mp is not None and isinstance(args[mp], Tensor):
             self.node_of(args[mp])
+        if self.sym is not None:
+            raw = hints_of(raw)      # the sample run computes with the sample sizes (no guard)
         if not self.execute:
             return registry._to_meta_args(op.schema, raw)
         return raw
@@ -238,21 +250,17 @@ class Tracer:
         if not self.active:
             return
         s = op.schema
-        nargs = list(args)
-        for i in s.tensor_pos:
-            if isinstance(nargs[i], Tensor):
-                nargs[i] = self.node_of(nargs[i])
-        for i in s.list_pos:
-            if nargs[i] is not None:
-                nargs[i] = [self.node_of(t) if isinstance(t, Tensor) else t for t in nargs[i]]
-        for i in s.index_pos:
-            nargs[i] = _map_index(nargs[i], lambda t: self.node_of(t) if isinstance(t, Tensor) else t)
+        nargs = _map_tensor_args(s, args, self.node_of)
+        if self.sym is not None:
+            nargs = self.sym.args_to_exprs(nargs)
         node = self.graph.call_function(op, tuple(nargs))
+        if self.sym is not None:
+            self._shadow(op, args, outs, node)
         if s.mutated_pos is not None:
             node.meta["val"] = _to_meta(outs[0]._data)
             return
         # (with execute=False such an op's meta function has already raised DataDependentShapeError)
-        dynamic = self.execute and op.output_shape_depends_on_data(*args)
+        dynamic = self.execute and op.output_shape_depends_on_data(*(args if self.sym is None else hints_of(args)))
         tensors = [o for o in outs if isinstance(o, Tensor)]
         if len(outs) == 1 and not s.returns_list and not s.returns_tuple:
             self._become(outs[0], node)
@@ -269,6 +277,23 @@ class Tracer:
             for t in tensors:
                 self.record_gate(t, "shape", convert_gate("shape", t))
 
+    # -- the symbolic shadow (dynamic=True, symbolic.py) -----------------------------------------------
+    def fake_of(self, t):
+        """The fake (symbolic) tensor of a tensor argument: a proxy's own, a lifted tensor's static one."""
+        if isinstance(t, Proxy) and t._tracer is self:
+            return t._fake
+        self.node_of(t)
+        return self._fakes[id(t)]
+
+    def _shadow(self, op, args, outs, node):
+        """Run ``op`` on the fakes of its arguments: ``meta["sym"]`` of the node (the outputs' fakes
+        are read from it by _shadow_output)."""
+        s = op.schema
+        res = self.sym.run(op, _map_tensor_args(s, args, self.fake_of))
+        if s.mutated_pos is not None:
+            res = self.fake_of(args[s.mutated_pos])
+        node.meta["sym"] = res
+
     def _become(self, t: Tensor, node):
         if not self.execute and t._data.device.type != "meta":
             t._data = _to_meta(t._data)
@@ -276,7 +301,21 @@ class Tracer:
         t._node = node
         t._tracer = self
         node.meta["val"] = _to_meta(t._data)
+        if self.sym is not None:
+            t._fake = self._shadow_output(node)
         self._proxies.append(weakref_ref(t))
+
+    def _shadow_output(self, node):
+        """The fake of the tensor ``node`` computes: the shadow result of its op (an output of a
+        multi-result op through its getitem)."""
+        import operator
+        if node.target is operator.getitem:
+            src, i = node.args
+            f = src.meta["sym"][i]
+        else:
+            f = node.meta["sym"]
+        node.meta["sym"] = f
+        return f
 
     def release(self):
         """End of capture: every proxy still alive becomes a plain Tensor again (with execute=True
@@ -288,6 +327,7 @@ class Tracer:
                 d = p.__dict__
                 d.pop("_node", None)
                 d.pop("_tracer", None)
+                d.pop("_fake", None)
         self._proxies.clear()
 
     def reads_free_value(self, t) -> bool:
@@ -322,6 +362,20 @@ class Tracer:
         self.gates.append(Gate(node, kind, value, where()))
 
 
+def _map_tensor_args(schema, args, f) -> list:
+    """``args`` (an op's canonical arguments) with ``f`` applied to every tensor among them."""
+    out = list(args)
+    for i in schema.tensor_pos:
+        if isinstance(out[i], Tensor):
+            out[i] = f(out[i])
+    for i in schema.list_pos:
+        if out[i] is not None:
+            out[i] = [f(t) if isinstance(t, Tensor) else t for t in out[i]]
+    for i in schema.index_pos:
+        out[i] = _map_index(out[i], lambda t: f(t) if isinstance(t, Tensor) else t)
+    return out
+
+
 def _map_index(idx, f):
     if isinstance(idx, tuple):
         return tuple(_map_index(i, f) for i in idx)
@@ -342,12 +396,15 @@ class Capture:
     n_inputs: int
     input_names: list
     result: object = None       # execute=True: the function's result on the capture inputs
+    symbolic: object = None     # dynamic=True: the SymbolicShapes of the capture (symbolic.py)
 
 
-def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, name="captured") -> Capture:
-    """Run ``fn(*args, **kwargs)`` on proxies and return the captured graph (see module doc)."""
+def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, name="captured",
+            dynamic=False) -> Capture:
+    """Run ``fn(*args, **kwargs)`` on proxies and return the captured graph (see module doc);
+    ``dynamic=True``: input sizes are symbols (symbolic.py)."""
     leaves, spec = tree_flatten((args, kwargs))
-    tr = Tracer(execute=execute, sources=sources)
+    tr = Tracer(execute=execute, sources=sources, dynamic=dynamic)
     names = input_names or [f"arg{i}" for i in range(len(leaves))]
     proxied = []
     for i, leaf in enumerate(leaves):
@@ -385,11 +442,13 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
         else:
             consts.append(leaf)
     tr.graph.output(tuple(out_nodes))
+    if tr.sym is not None:
+        tr.graph.size_symbols = dict(tr.sym.sources)
     tr.graph.lint()
     gm = GraphModule(tr.graph, dict(tr.constants), name=name)
     tr.release()
     return Capture(gm, tr.gates, tr.free, out_spec, consts, tr.n_inputs, names,
-                   result=result if execute else None)
+                   result=result if execute else None, symbolic=tr.sym)
 
 
 def where_from(e: BaseException) -> str:

@@ -33,6 +33,8 @@ class Graph:
         self._names: dict[str, int] = {}
         self._insert_at: int | None = None  # None: append
         self.owning_module = None
+        #: dynamic=True capture: size symbol -> where it is read from (capture/symbolic.SymbolSource)
+        self.size_symbols: dict = {}
 
     # -- naming -------------------------------------------------------------------------------------
     def _unique(self, hint: str) -> str:
@@ -147,6 +149,7 @@ class Graph:
     def copy(self):
         """A deep copy of the structure (nodes new, targets and meta shared); returns (graph, map)."""
         g = Graph()
+        g.size_symbols = dict(self.size_symbols)
         env: dict[Node, Node] = {}
         for n in self.nodes:
             new = g.create_node(n.op, n.target, map_arg(n.args, env.__getitem__),
@@ -165,6 +168,8 @@ class Graph:
         op's canonical arguments (see OpDef.__call__)."""
         params = [n.name for n in self.placeholders]
         lines = [f"def {fn_name}(self, {', '.join(params)}):" if params else f"def {fn_name}(self):"]
+        for sym, src in sorted(self.size_symbols.items(), key=lambda kv: str(kv[0])):
+            lines.append(f"    {sym} = {src.input}.shape[{src.dim}]   # size symbol: {src.describe()}")
         for n in self.nodes:
             if n.op == "placeholder":
                 continue

@@ -60,7 +60,20 @@ def _fmt_arg(a, prefix=""):
         return "..."
     if isinstance(a, float) and (a != a or a in (float("inf"), float("-inf"))):
         return f"float({str(a)!r})"
+    if _is_size_expr(a):
+        return _size_source(a)
     return repr(a)
+
+
+def _is_size_expr(a) -> bool:
+    """A sympy expression of size symbols (dynamic=True capture: capture/symbolic.py)."""
+    return type(a).__module__.startswith(("sympy", "torch.utils._sympy"))
+
+
+def _size_source(e) -> str:
+    """A size expression as Python over the symbols the graph's code binds (``s0 = x.shape[0]``)."""
+    from torch.utils._sympy.printers import PythonPrinter
+    return f"({PythonPrinter().doprint(e)})"
 
 
 def _collect(a, out: dict):

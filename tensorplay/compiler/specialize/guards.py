@@ -33,6 +33,7 @@ def build_guard(key, name="guard"):
         consts[cname] = e.value
         consts[f"_e{i}"] = e
         cmp = "is not" if e.field == "type" and isinstance(e.value, type) else "!="
+        lines.append(f"        # {e.subject}: {e.field}".replace("\n", " "))
         lines.append(f"        _g = {e.expr}")
         lines.append(f"        if _g {cmp} {cname}: return _e{i}.describe(_g)")
     lines.append("    except (IndexError, AttributeError, TypeError) as exc:")

@@ -1,0 +1,159 @@
+"""Symbolic sizes at capture (the chapter, §10.1–§10.2): the shadow run of ``dynamic=True``.
+
+With ``dynamic=True`` the tracer runs every op twice: on the sample values, as always (the capture
+run is the first call and returns its values), and on **fake tensors** whose sizes are symbols —
+torch's ``FakeTensorMode`` over a ``ShapeEnv``, the engine PyTorch's own compiler uses, so every op
+of the table gets its symbolic output shape from its existing meta/eager function and no shape
+rule is written twice.  The rules:
+
+* every input size other than 0 and 1 is a fresh symbol whose **hint** is the sample's size
+  (§10.2: 0 and 1 change what a program means — broadcasting, empty loops — so they stay
+  constants); strides are expressions of the sizes; free tensors (parameters, buffers) and
+  constants keep static shapes, as in PyTorch;
+* sizes equal in the sample get *different* symbols (``duck_shape=False``); they become one only
+  when the program relates them — a broadcast, a matmul, a ``cat`` records ``Eq(s1, s3)`` and the
+  shape environment replaces one by the other;
+* Python that reads ``x.shape`` gets ``torch.SymInt``s, which behave like ints; a branch on one
+  (``if x.shape[0] % 8 == 0``) is decided on the hints and recorded as a **shape guard** in the
+  environment (:meth:`SymbolicShapes.guards`), the shape analogue of a data gate;
+* the real run gets the hints (:func:`hints_of`): computing the sample never adds a guard.
+
+The graph's nodes keep their concrete sample metadata in ``meta["val"]`` (every pass reads it as
+before) and their symbolic metadata in ``meta["sym"]``; size arguments are sympy expressions of
+the input symbols (:meth:`SymbolicShapes.expr`), and ``Graph.size_symbols`` says where each symbol
+is read from (input, dim) when the graph runs.
+"""
+from __future__ import annotations
+
+import dataclasses
+
+import sympy
+import torch
+
+__all__ = ["SymbolicShapes", "SymbolSource", "is_symbolic", "hints_of"]
+
+_SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
+
+
+def is_symbolic(x) -> bool:
+    return isinstance(x, _SYM_TYPES)
+
+
+def _hint(x):
+    """The sample value of a SymInt/SymFloat/SymBool, without recording a guard."""
+    node = x.node
+    h = node.hint
+    if h is None:
+        raise RuntimeError(f"size {node.expr} has no sample value (a data-dependent size)")
+    return h
+
+
+def hints_of(x):
+    """``x`` with every symbolic number replaced by its sample value (lists, tuples, slices
+    recursively): what the real op of the capture run receives."""
+    if isinstance(x, _SYM_TYPES):
+        return _hint(x)
+    if isinstance(x, list):
+        return [hints_of(v) for v in x]
+    if isinstance(x, tuple):
+        return type(x)(hints_of(v) for v in x) if not hasattr(x, "_fields") else type(x)(*(hints_of(v) for v in x))
+    if isinstance(x, slice):
+        return slice(hints_of(x.start), hints_of(x.stop), hints_of(x.step))
+    return x
+
+
+@dataclasses.dataclass(frozen=True)
+class SymbolSource:
+    """Where a size symbol is read from when the graph runs: dim ``dim`` of placeholder ``input``
+    (``index``: its position among the flat inputs, ``name``: the human name)."""
+    input: str
+    index: int
+    dim: int
+    name: str
+
+    def describe(self) -> str:
+        return f"{self.name}.shape[{self.dim}]"
+
+
+class SymbolicShapes:
+    """One capture's shape environment and fake-tensor mode (module doc)."""
+
+    def __init__(self):
+        from torch._subclasses.fake_tensor import FakeTensorMode
+        from torch.fx.experimental.symbolic_shapes import ShapeEnv
+        self.env = ShapeEnv(duck_shape=False, specialize_zero_one=True)
+        self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=False)
+        self.sources: dict[sympy.Symbol, SymbolSource] = {}
+
+    # -- inputs ------------------------------------------------------------------------------------
+    def input_fake(self, t: torch.Tensor, placeholder: str, index: int, name: str):
+        """A fake of input ``t`` whose sizes other than 0 and 1 are fresh symbols."""
+        from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
+        dyn = [DimDynamic.STATIC if s in (0, 1) else DimDynamic.DYNAMIC for s in t.shape]
+        ctx = StatelessSymbolicContext(dynamic_sizes=dyn, constraint_sizes=[None] * t.dim())
+        fake = self.mode.from_tensor(t, symbolic_context=ctx)
+        for d, s in enumerate(fake.shape):
+            e = s.node.expr if isinstance(s, torch.SymInt) else None
+            if isinstance(e, sympy.Symbol) and e not in self.sources:
+                self.sources[e] = SymbolSource(placeholder, index, d, name)
+        return fake
+
+    def static_fake(self, t: torch.Tensor):
+        """A fake of a free tensor or constant: its sizes stay integers."""
+        return self.mode.from_tensor(t, static_shapes=True)
+
+    # -- ops ---------------------------------------------------------------------------------------
+    def run(self, op, args):
+        """The op on fake arguments: symbolic outputs (fake tensors, or a Python value)."""
+        from torch._dispatch.python import enable_python_dispatcher
+        # (the Python dispatcher: the SymInt-aware meta functions, as torch's own tracing uses)
+        with self.mode, enable_python_dispatcher():
+            if op.meta is not None:
+                return op.meta(*args)
+            return op.eager(*args)
+
+    # -- expressions -------------------------------------------------------------------------------
+    def expr(self, x) -> sympy.Expr:
+        """A SymInt (or an int) as a sympy expression of the input symbols, with the
+        environment's replacements applied (``s3`` is ``s1`` after a broadcast related them)."""
+        if isinstance(x, _SYM_TYPES):
+            return self.env.replace(x.node.expr)
+        return sympy.sympify(x)
+
+    def args_to_exprs(self, x):
+        """Node arguments with every symbolic number as its expression (recursively)."""
+        if isinstance(x, _SYM_TYPES):
+            e = self.expr(x)
+            return int(e) if e.is_Integer else e
+        if isinstance(x, list):
+            return [self.args_to_exprs(v) for v in x]
+        if isinstance(x, tuple) and not hasattr(x, "_fields"):
+            return tuple(self.args_to_exprs(v) for v in x)
+        if isinstance(x, slice):
+            return slice(self.args_to_exprs(x.start), self.args_to_exprs(x.stop), self.args_to_exprs(x.step))
+        return x
+
+    def hint(self, e) -> int:
+        """The value of an expression of the input symbols at their hints."""
+        env = self.env
+        vals = getattr(env, "backed_var_to_val", None)
+        vals = env.var_to_val if vals is None else vals
+        v = sympy.sympify(e).xreplace(dict(vals))
+        if not v.is_Integer:
+            raise RuntimeError(f"size {e} has no sample value (a data-dependent size)")
+        return int(v)
+
+    # -- what the capture assumed --------------------------------------------------------------------
+    def replacements(self) -> dict:
+        """symbol -> the expression it was unified with (sizes the program related)."""
+        return {s: self.env.replace(s) for s in self.sources if self.env.replace(s) != s}
+
+    def guards(self) -> list:
+        """The shape guards recorded while capturing: ``(condition, where)``, in order; the
+        condition holds at the hints."""
+        out = []
+        for g in self.env.guards:
+            loc = g.sloc.maybe_user_loc or g.sloc.framework_loc
+            where = f"{loc.filename}:{loc.lineno}" if hasattr(loc, "filename") else str(loc)
+            out.append((self.env.replace(g.expr), where))
+        return out

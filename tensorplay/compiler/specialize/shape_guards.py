@@ -1,0 +1,73 @@
+"""Shape guards (the chapter, §10.2–§10.4): what a symbolic capture assumed about sizes, as key
+entries and as the check function generated from them.
+
+A ``dynamic=True`` capture (capture/symbolic.py) is valid for every call whose sizes satisfy what
+it assumed; each assumption is one :class:`~.key.KeyEntry` whose expression reads the call's
+input sizes (``L[i]._data.shape[d]``), so the check is generated from the key like every other
+guard (invariant 1: a guard is a projection of the key) and a miss names the assumption:
+
+* **0/1 specialisation**: a symbolic dim is at least 2; a dim of size 0 or 1 stays that size;
+* **strides**: each input stride equals its expression of the sizes (the sample's layout, e.g.
+  contiguous: ``stride(0) == s1``);
+* **related sizes**: sizes the program related (a broadcast, a matmul) are equal —
+  the shape environment's replacements (``s3 -> s1``);
+* **branches**: every shape guard recorded while capturing (``Mod(s0, 8) == 0`` from ``if
+  x.shape[0] % 8 == 0``), with the source line it came from; trivially true ones are dropped.
+
+:func:`build_input_guard` returns the check function; its ``.source`` lists each condition with the
+assumption it came from (experiment 5 (2)).
+"""
+from __future__ import annotations
+
+import sympy
+
+from .guards import build_guard
+from .key import KeyEntry
+
+__all__ = ["shape_entries", "build_input_guard"]
+
+
+def _source_text(expr, sources) -> str:
+    """``expr`` as Python over the call's leaves: each symbol read from its input's size."""
+    from torch.utils._sympy.printers import PythonPrinter
+    sub = {s: sympy.Symbol(f"L[{src.index}]._data.shape[{src.dim}]") for s, src in sources.items()}
+    return PythonPrinter().doprint(sympy.sympify(expr).xreplace(sub))
+
+
+def shape_entries(symbolic, placeholders) -> list:
+    """The key entries of a symbolic capture's size assumptions.  ``placeholders``:
+    ``(flat leaf index, human name, fake tensor)`` of every tensor input."""
+    sources = symbolic.sources
+    out = []
+    for i, name, fake in placeholders:
+        subject = f"arg {i} '{name}'"
+        for d, s in enumerate(fake.shape):
+            e = symbolic.expr(s)
+            ref = f"L[{i}]._data.shape[{d}]"
+            if e.is_Integer:
+                out.append(KeyEntry(subject, f"size[{d}] (0/1 or static: specialised)", ref, int(e)))
+            elif isinstance(e, sympy.Symbol) and sources.get(e) is not None and sources[e].index == i \
+                    and sources[e].dim == d:
+                out.append(KeyEntry(subject, f"size[{d}] = {e} >= 2 (a symbol, hint {symbolic.hint(e)}; "
+                                             f"0 and 1 are specialised)", f"({ref} >= 2)", True))
+            else:
+                out.append(KeyEntry(subject, f"size[{d}] == {e} (related by the program)",
+                                    f"({ref} == {_source_text(e, sources)})", True))
+        for d, (n, st) in enumerate(zip(fake.shape, fake.stride())):
+            if symbolic.expr(n) == 1:
+                continue        # the stride of a size-1 dim is never read
+            e = symbolic.expr(st)
+            out.append(KeyEntry(subject, f"stride[{d}] == {e}", f"(L[{i}]._data.stride({d}) == "
+                                                              f"{_source_text(e, sources)})", True))
+    for cond, where in symbolic.guards():
+        if cond is sympy.true or cond == sympy.true:
+            continue
+        out.append(KeyEntry("shape guard", f"{cond} (from {where})", f"bool({_source_text(cond, sources)})", True))
+    return out
+
+
+def build_input_guard(symbolic, placeholders, name="shape_guard"):
+    """``check(L, F, C, M, S=None) -> None | str`` for a symbolic capture's size assumptions
+    (:func:`shape_entries`); ``check.source`` is its text, a comment per condition saying where
+    the condition came from."""
+    return build_guard(shape_entries(symbolic, placeholders), name=name)

@@ -239,9 +239,9 @@ class CompiledFunction:
 
     def __init__(self, fn, *, backend="stax", mode=None, options=None, dynamic=False, fullgraph=True,
                  strict_native=False, recompile_limit=8, name=None, disable=False, module=None):
-        if dynamic:
-            raise NotImplementedError("tp.compile(dynamic=True): symbolic shapes are not implemented yet; "
-                                      "use dynamic=False (each new input size is then a new specialization)")
+        if dynamic not in (False, True):
+            raise ValueError(f"tp.compile: dynamic must be True or False, got {dynamic!r}")
+        self.dynamic = bool(dynamic)
         if not fullgraph:
             raise ValueError("tp.compile: fullgraph=False is not supported — TensorPlay has no graph breaks; "
                              "a region is compiled whole or not at all (§11.3)")
@@ -404,7 +404,9 @@ class CompiledFunction:
             if _log_recompiles():
                 print(f"[tp.compile] recompiling {self.name}: " + "; ".join(reasons), file=sys.stderr)
         lowered = self._lower(args, kwargs)
-        entry = Entry(lowered, self._backend_compile(lowered), self.backend_name)
+        artifact = self._backend_compile(lowered)
+        lowered.add_shape_guards()    # after the backend: its specialisations are guards too
+        entry = Entry(lowered, artifact, self.backend_name)
         self._cache.append(entry)
         self._counters["captures"] += 1
         if lowered.capture.result is not None or self.options["capture.execute"]:
@@ -450,7 +452,7 @@ class CompiledFunction:
         if not self._limit_warned:
             self._limit_warned = True
             _warn_user(msg + "\nFrom now on, calls that match no cached specialization run eagerly (not compiled). "
-                       "If sizes vary, dynamic=True (symbolic shapes) is coming; for now raise the limit with "
+                       "If sizes vary, compile with dynamic=True (symbolic shapes: one artifact for many sizes); or raise the limit with "
                        f"tp.compile(..., recompile_limit=N) (now {self.recompile_limit}), or pass "
                        "options={'compile.error_on_recompile_limit': True} to raise instead.", UserWarning)
         self._counters["over_limit_calls"] += 1
@@ -485,12 +487,12 @@ class CompiledFunction:
         names = input_names_for(self.fn, args, kwargs)
         mods = []
         cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
-                      sources=find_sources(self.fn, self.module, mods), name=self.name)
+                      sources=find_sources(self.fn, self.module, mods), name=self.name, dynamic=self.dynamic)
         leaves, spec = tree_flatten((args, kwargs))
         written = written_placeholders(cap.gm.graph)
         key = specialization_key(leaves, names, [(f.name, f.tensor) for f in cap.free],
                                  constants=list(cap.gm.attrs.values()), modules=[(d, g()) for d, g in mods],
-                                 writes_inputs=bool(written), spec=spec)
+                                 writes_inputs=bool(written), spec=spec, symbolic=cap.symbolic is not None)
         return Lowered(self, cap, key, leaves, written, [g for _, g in mods])
 
     def _backend_compile(self, lowered):
@@ -503,6 +505,10 @@ class CompiledFunction:
             return None
         gm = lowered.graph_module
         example = lowered.example_inputs
+        sym = lowered.capture.symbolic
+        if sym is not None and not getattr(self.backend, "dynamic_shapes", True):
+            from .capture.symbolic import specialize_graph
+            gm = specialize_graph(gm, sym)     # a backend with static kernels: guarded to the sample's sizes
         try:
             return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
         except Exception as e:
@@ -565,6 +571,7 @@ class Lowered:
         self.capture = cap
         self.key = key
         self.guard = build_guard(key, name="guard")
+        self._shape_guards_added = False
         self.leaves = leaves
         self.example_inputs = [x for x in leaves if isinstance(x, Tensor)] + [f.tensor for f in cap.free]
         gm = cap.gm
@@ -631,7 +638,24 @@ class Lowered:
         return self.graph_module.code
 
     def compile(self) -> "Compiled":
-        return Compiled(self, self._cf._backend_compile(self))
+        artifact = self._cf._backend_compile(self)
+        self.add_shape_guards()
+        return Compiled(self, artifact)
+
+    def add_shape_guards(self):
+        """dynamic=True: append what the capture, the passes and the backend assumed about sizes
+        (specialize/shape_guards.py) to the key, and regenerate the guard from it (invariant 1)."""
+        sym = self.capture.symbolic
+        if sym is None or self._shape_guards_added:
+            return
+        from .specialize.shape_guards import shape_entries
+        phs = [n for n in self.capture.gm.graph.nodes if n.op == "placeholder"]
+        tensors = [(i, self.capture.input_names[i] if i < len(self.capture.input_names) else f"arg{i}")
+                   for i, x in enumerate(self.leaves) if isinstance(x, Tensor)]
+        placeholders = [(i, name, ph.meta["sym"]) for (i, name), ph in zip(tensors, phs)]
+        self.key = list(self.key) + shape_entries(sym, placeholders)
+        self.guard = build_guard(self.key, name="guard")
+        self._shape_guards_added = True
 
 
 def _run_front(gm, options, run_passes, cap, lowered):

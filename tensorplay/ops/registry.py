@@ -184,6 +184,10 @@ def _to_meta(t):
     if isinstance(t, Tensor):
         t = t._data
     if isinstance(t, torch.Tensor):
+        mode = getattr(t, "fake_mode", None)
+        if mode is not None:   # a symbolic fake tensor (dynamic=True): a fresh fake, no guard recorded
+            with mode:
+                return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=t.device)
         return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
     return t
 

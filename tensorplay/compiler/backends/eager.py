@@ -38,6 +38,7 @@ def raw_function(gm, device=None):
     lines = [f"def raw({', '.join(params)}):"]
     for p in params:
         lines.append(f"    {p} = {p}._data")
+    lines += g.size_bindings()
     for n in g.nodes:
         if n.op == "placeholder":
             continue
@@ -134,4 +135,5 @@ def aot_eager_backend(gm, example_inputs, *, options=None, strict_native=False, 
                        options=options, bw_fallback=raw_function)
 
 
+aot_eager_backend.dynamic_shapes = False   # AOT traces the joint graph on the sample's sizes
 register_backend(aot_eager_backend, name="aot_eager")

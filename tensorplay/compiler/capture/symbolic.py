@@ -30,7 +30,7 @@ import dataclasses
 import sympy
 import torch
 
-__all__ = ["SymbolicShapes", "SymbolSource", "is_symbolic", "hints_of"]
+__all__ = ["SymbolicShapes", "SymbolSource", "is_symbolic", "hints_of", "specialize_graph"]
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
@@ -157,3 +157,47 @@ class SymbolicShapes:
             where = f"{loc.filename}:{loc.lineno}" if hasattr(loc, "filename") else str(loc)
             out.append((self.env.replace(g.expr), where))
         return out
+
+
+def specialize_graph(gm, symbolic):
+    """A static copy of a symbolic graph, for a backend that needs static sizes (Stax's kernels
+    take no size arguments yet).  Every size and stride of every input is guarded to its sample
+    value (the guards enter the key: the artifact is valid for exactly those sizes), size
+    arguments become ints and metadata concrete meta tensors — the graph a static capture gives."""
+    from ..graph import GraphModule
+    g, _ = gm.graph.copy()
+    for n in g.placeholders:
+        f = n.meta.get("val")
+        if isinstance(f, torch.Tensor):
+            [int(s) for s in f.shape], [int(s) for s in f.stride()]     # noqa: B018 (records the guards)
+    vals = {s: sympy.Integer(symbolic.hint(s)) for s in symbolic.sources}
+
+    def arg(x):
+        if isinstance(x, torch.SymInt):
+            return int(x)
+        if type(x).__module__.startswith(("sympy", "torch.utils._sympy")):
+            v = sympy.sympify(x).xreplace(vals)
+            return int(v) if v.is_Integer else x
+        if isinstance(x, list):
+            return [arg(v) for v in x]
+        if isinstance(x, tuple) and not hasattr(x, "_fields"):
+            return tuple(arg(v) for v in x)
+        if isinstance(x, slice):
+            return slice(arg(x.start), arg(x.stop), arg(x.step))
+        return x
+
+    def concrete(v):
+        if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
+            return torch.empty_strided([int(s) for s in v.shape], [int(s) for s in v.stride()], dtype=v.dtype,
+                                       device="meta")
+        if isinstance(v, (tuple, list)):
+            return type(v)(concrete(x) for x in v)
+        return v
+    for n in g.nodes:
+        n.args = arg(n.args)
+        n.kwargs = {k: arg(v) for k, v in n.kwargs.items()}
+        if "val" in n.meta:
+            n.meta = {**n.meta, "val": concrete(n.meta["val"])}
+            n.meta.pop("sym", None)
+    g.size_symbols = {}
+    return GraphModule(g, dict(gm.attrs), name=gm._name)

@@ -67,7 +67,7 @@ class FreeTensor:
 
 
 def _to_meta(d: torch.Tensor) -> torch.Tensor:
-    return torch.empty_strided(d.shape, d.stride(), dtype=d.dtype, device="meta")
+    return registry._to_meta(d)
 
 
 _CONVERT = {"bool": lambda d: bool(d), "item": lambda d: d.item(), "int": lambda d: int(d.item()),
@@ -155,7 +155,7 @@ class Tracer:
         self._proxies: list = []
 
     # -- inputs --------------------------------------------------------------------------------------
-    def placeholder(self, name: str, t: Tensor) -> Proxy:
+    def placeholder(self, name: str, t: Tensor, index=None) -> Proxy:
         """A proxy for input ``t``.  With execute=True it shares ``t``'s storage and autograd
         identity, so the capture run *is* the first call: in-place updates happen once and
         gradients reach ``t``."""
@@ -180,7 +180,8 @@ class Tracer:
         p._tracer = self
         node.meta["val"] = _to_meta(t._data)
         if self.sym is not None:
-            p._fake = self.sym.input_fake(t._data, node.name, self.n_inputs - 1, name)
+            leaf = self.n_inputs - 1 if index is None else index
+            p._fake = self.sym.input_fake(t._data, node.name, leaf, name)
             node.meta["sym"] = p._fake
         self._proxies.append(weakref_ref(p))
         return p
@@ -409,7 +410,7 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
     proxied = []
     for i, leaf in enumerate(leaves):
         if isinstance(leaf, Tensor):
-            proxied.append(tr.placeholder(names[i] if i < len(names) else f"arg{i}", leaf))
+            proxied.append(tr.placeholder(names[i] if i < len(names) else f"arg{i}", leaf, index=i))
         else:
             proxied.append(leaf)
     from .pytree import tree_unflatten
@@ -444,6 +445,9 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
     tr.graph.output(tuple(out_nodes))
     if tr.sym is not None:
         tr.graph.size_symbols = dict(tr.sym.sources)
+        for n in tr.graph.nodes:    # the passes and backends see the symbolic metadata
+            if "sym" in n.meta:
+                n.meta["val"] = n.meta["sym"]
     tr.graph.lint()
     gm = GraphModule(tr.graph, dict(tr.constants), name=name)
     tr.release()

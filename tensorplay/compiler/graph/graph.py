@@ -163,13 +163,17 @@ class Graph:
         lines = ["graph():"] + ["    " + n.format_node() for n in self.nodes]
         return "\n".join(lines)
 
+    def size_bindings(self, indent="    ") -> list:
+        """Lines binding the size symbols (dynamic=True) from the placeholders: ``s0 = x.shape[0]``."""
+        return [f"{indent}{sym} = {src.input}.shape[{src.dim}]   # size symbol: {src.describe()}"
+                for sym, src in sorted(self.size_symbols.items(), key=lambda kv: str(kv[0]))]
+
     def python_code(self, fn_name="forward") -> str:
         """The graph as readable Python: each call_function line calls ``ops.<name>`` with the
         op's canonical arguments (see OpDef.__call__)."""
         params = [n.name for n in self.placeholders]
         lines = [f"def {fn_name}(self, {', '.join(params)}):" if params else f"def {fn_name}(self):"]
-        for sym, src in sorted(self.size_symbols.items(), key=lambda kv: str(kv[0])):
-            lines.append(f"    {sym} = {src.input}.shape[{src.dim}]   # size symbol: {src.describe()}")
+        lines += self.size_bindings()
         for n in self.nodes:
             if n.op == "placeholder":
                 continue

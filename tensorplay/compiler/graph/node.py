@@ -62,6 +62,8 @@ def _fmt_arg(a, prefix=""):
         return f"float({str(a)!r})"
     if _is_size_expr(a):
         return _size_source(a)
+    if isinstance(a, torch.SymInt):
+        return _size_source(a.node.expr)
     return repr(a)
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import torch
 
+from ...ops.registry import _to_meta
 from ..graph.node import Node, map_arg
 
 __all__ = ["meta_of", "fresh_meta", "set_meta"]
@@ -23,9 +24,7 @@ def meta_of(x):
 
 def fresh_meta(t):
     """A meta tensor with ``t``'s shape/dtype/strides and no ``_base`` (a fresh allocation)."""
-    if isinstance(t, torch.Tensor):
-        return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
-    return t
+    return _to_meta(t)
 
 
 def _meta_args(args):

@@ -18,6 +18,7 @@ from ..._tensor import _wrap
 from ..capture.pytree import tree_flatten, tree_unflatten
 from ..capture.tracer import TENSOR_LEAF
 from ..graph.node import Node, map_arg
+from .node_meta import fresh_meta
 
 __all__ = ["MissingMeta", "new_attr", "meta_tensor", "trace_function", "splice", "replace_with_trace"]
 
@@ -43,7 +44,7 @@ def meta_tensor(node: Node):
     v = node.meta.get("val")
     if not isinstance(v, torch.Tensor):
         raise MissingMeta(f"node {node.name} has no tensor meta value")
-    return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype, device="meta"))
+    return _wrap(fresh_meta(v))
 
 
 def _leaf_value(leaf):

@@ -85,15 +85,17 @@ class StructureEntry(KeyEntry):
         return f"{self.subject}: {self.field} expected {spec_text(self.value)}, got {spec_text(got)}"
 
 
-def _tensor_entries(subject, ref, t: Tensor, identity=False):
+def _tensor_entries(subject, ref, t: Tensor, identity=False, sizes=True):
+    """``sizes=False`` (a dynamic=True input): sizes and strides are the shape guards'
+    (shape_guards.py), not values of the key."""
     d = t._data
     out = [KeyEntry(subject, "is a Tensor", f"_is_tensor({ref})", True)]
     if identity:
         out.append(KeyEntry(subject, "identity", f"id({ref})", id(t)))
     out.append(KeyEntry(subject, "dim", f"{ref}._data.dim()", d.dim()))
-    for i, s in enumerate(d.shape):
+    for i, s in enumerate(d.shape if sizes else ()):
         out.append(KeyEntry(subject, f"size[{i}]", f"{ref}._data.shape[{i}]", s))
-    for i, s in enumerate(d.stride()):
+    for i, s in enumerate(d.stride() if sizes else ()):
         out.append(KeyEntry(subject, f"stride[{i}]", f"{ref}._data.stride({i})", s))
     out.append(KeyEntry(subject, "dtype", f"{ref}._data.dtype", d.dtype))
     out.append(KeyEntry(subject, "device", f"{ref}._data.device", d.device))
@@ -127,12 +129,15 @@ def input_names_for(fn, args, kwargs, leaves_per_arg=None) -> list[str]:
     return names
 
 
-def specialization_key(leaves, names, free=(), constants=(), modules=(), writes_inputs=False, spec=None):
+def specialization_key(leaves, names, free=(), constants=(), modules=(), writes_inputs=False, spec=None,
+                       symbolic=False):
     """The key of one call (see module doc).  ``free``: current free tensors; ``constants``:
     captured constant tensors; ``modules``: ``(description, module)`` of the module being compiled
     (``"self"``) and of the modules reached through closures and globals (the guard's ``M[j]``);
     ``writes_inputs``: the region writes one of its placeholders in place (then their aliasing is
-    part of the key); ``spec``: the tree spec of the call's ``(args, kwargs)`` (the guard's ``S``)."""
+    part of the key); ``spec``: the tree spec of the call's ``(args, kwargs)`` (the guard's ``S``);
+    ``symbolic``: a dynamic=True capture — the inputs' sizes and strides are left to its shape
+    guards (shape_guards.py, appended once the backend has compiled)."""
     from ...autograd import grad_mode
     key: list[KeyEntry] = []
     if spec is not None:
@@ -142,7 +147,7 @@ def specialization_key(leaves, names, free=(), constants=(), modules=(), writes_
         subj = f"arg {i} '{names[i]}'" if i < len(names) else f"arg {i}"
         ref = f"L[{i}]"
         if isinstance(leaf, Tensor):
-            key += _tensor_entries(subj, ref, leaf)
+            key += _tensor_entries(subj, ref, leaf, sizes=not symbolic)
             ph_refs.append(ref)
             ph_names.append(names[i] if i < len(names) else f"arg {i}")
             ph_vals.append(leaf)

@@ -20,6 +20,7 @@ assumption it came from (experiment 5 (2)).
 from __future__ import annotations
 
 import sympy
+import torch
 
 from .guards import build_guard
 from .key import KeyEntry
@@ -45,7 +46,9 @@ def shape_entries(symbolic, placeholders) -> list:
             e = symbolic.expr(s)
             ref = f"L[{i}]._data.shape[{d}]"
             if e.is_Integer:
-                out.append(KeyEntry(subject, f"size[{d}] (0/1 or static: specialised)", ref, int(e)))
+                why = ("specialised by a guard: the program needed its value, e.g. range() or int() of it"
+                       if isinstance(s, torch.SymInt) else "0 and 1 are specialised")
+                out.append(KeyEntry(subject, f"size[{d}] ({why})", ref, int(e)))
             elif isinstance(e, sympy.Symbol) and sources.get(e) is not None and sources[e].index == i \
                     and sources[e].dim == d:
                 out.append(KeyEntry(subject, f"size[{d}] = {e} >= 2 (a symbol, hint {symbolic.hint(e)}; "

@@ -172,6 +172,9 @@ def _aot_decompose(node):
 
 
 stax_backend.aot_decompose = _aot_decompose   # read by aot_backend and Lowered.aot
+#: the kernels take no size arguments yet: under dynamic=True tp.compile hands Stax the graph
+#: specialised to the sample's sizes (capture/symbolic.specialize_graph, a guard per size)
+stax_backend.dynamic_shapes = False
 
 
 def _register():

@@ -1,0 +1,122 @@
+"""Dynamic shapes with a counting backend (the chapter, §10.4, example 10.4, experiment 5).
+
+``tp.compile(fn, dynamic=True)``: input sizes other than 0 and 1 are symbols, so one artifact
+serves every size its shape guards accept.  A *counting backend* runs the captured graph and counts
+how many artifacts were made.  The Stax backend's kernels take no size arguments yet: it receives
+the graph specialised to the sample's sizes (a guard per size) — correct for every size, one
+artifact per size (asserted below, so the day it changes this test says so).
+"""
+import os
+import random
+import sys
+
+import pytest
+import torch
+
+import tensorplay as tp
+from tensorplay.compiler.capture.pytree import tree_flatten
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+from dynamic_shapes import Counting  # noqa: E402  (experiment 5's counting backend)
+
+
+def _check(cf, *args):
+    """The first artifact's guard on a call with ``args``: None (a hit) or the reason."""
+    leaves, spec = tree_flatten((args, {}))
+    return cf._cache[0].check(leaves, [], spec)
+
+
+def _f_branch(x):
+    if x.shape[0] % 8 == 0:          # a shape branch: a shape guard, evaluated on the sample
+        return (x * 2).sum(-1)
+    return (x + 1).sum(-1)
+
+
+def test_example_10_4_a_shape_branch_gives_two_artifacts():
+    backend = Counting()
+    cf = tp.compile(_f_branch, dynamic=True, backend=backend)
+    for n in (64, 16, 24, 40, 12, 3, 13, 1000):
+        x = tp.randn(n, 5)
+        cf(x)
+        assert torch.allclose(cf(x)._data, _f_branch(x)._data)
+    assert len(backend.graphs) == 2
+
+
+def test_example_10_4_sizes_zero_one_and_general_give_three_artifacts():
+    backend = Counting()
+    f = lambda x: (x.exp() + 1).sum(0)     # noqa: E731
+    cf = tp.compile(f, dynamic=True, backend=backend)
+    for n in (7, 0, 1, 2, 100, 0, 1, 33):
+        x = tp.randn(n, 3)
+        cf(x)
+        got = cf(x)
+        assert got.shape == (3,) and torch.allclose(got._data, f(x)._data)
+    assert len(backend.graphs) == 3
+    reasons = [r for rs in cf.recompile_reasons for r in rs]
+    assert any("0 and 1 are specialised" in r for r in reasons)
+
+
+def test_length_sweep_one_artifact_against_one_per_length():
+    """§13.4's sweep: 1000 calls with lengths uniform in 2..512 — one artifact with dynamic=True
+    (length 1 would add one: the 0/1 specialisation), one per distinct length without."""
+    rng = random.Random(0)
+    lengths = [rng.randint(2, 512) for _ in range(1000)]
+    f = lambda x, w: (x @ w).relu().sum(0)     # noqa: E731
+    w = tp.randn(16, 4)
+    dyn, static = Counting(), Counting()
+    cf_dyn = tp.compile(f, dynamic=True, backend=dyn)
+    cf_static = tp.compile(f, backend=static, recompile_limit=10_000)
+    for i, n in enumerate(lengths):
+        x = tp.randn(n, 16)
+        out = cf_dyn(x, w)
+        if i % 97 == 0:
+            assert torch.allclose(out._data, f(x, w)._data, atol=1e-5)
+        if i < 200:
+            cf_static(x, w)
+    assert len(dyn.graphs) == 1
+    assert len(static.graphs) == len(set(lengths[:200]))
+
+
+def test_the_graph_has_no_sample_sizes_and_the_guard_says_where_each_condition_came_from():
+    backend = Counting()
+    cf = tp.compile(_f_branch, dynamic=True, backend=backend)
+    x = tp.randn(48, 7)
+    cf(x)
+    (gm,) = backend.graphs
+    assert "48" not in gm.code and "= x.shape[0]" in gm.code
+    src = cf._cache[0].guard.source
+    assert ">= 2 (a symbol, hint 48" in src                     # the 0/1 specialisation
+    assert "Mod(" in src and "test_stax_symbolic_shapes.py" in src   # the branch, with its line
+    assert "stride[0]" in src                                   # the layout, as sizes
+    for n, same in ((16, True), (56, True), (12, False)):
+        why = _check(cf, tp.randn(n, 7))
+        assert (why is None) == same
+
+
+def test_related_sizes_share_a_symbol_unrelated_ones_do_not():
+    backend = Counting()
+    cf = tp.compile(lambda a, b, c: (a + b).sum() + c.sum(), dynamic=True, backend=backend)
+    a, b, c = tp.randn(8, 8), tp.randn(8), tp.randn(8)
+    cf(a, b, c)
+    # b broadcasts against a's last dim (related); c is unrelated: any size of c hits
+    assert _check(cf, tp.randn(8, 5), tp.randn(5), tp.randn(3)) is None
+    why = _check(cf, tp.randn(8, 5), tp.randn(4), tp.randn(3))
+    assert why is not None and "related by the program" in why
+
+
+@pytest.mark.parametrize("backend", ["eager", "stax"])
+def test_results_equal_eager_for_every_size(backend):
+    def f(x, w):
+        y = (x * w).softmax(-1)
+        return y.view(-1, x.shape[1] * 2).sum(-1) if x.shape[0] % 2 == 0 else y.sum(-1)
+    cf = tp.compile(f, dynamic=True, backend=backend)
+    for n, c in ((6, 4), (10, 4), (7, 4), (6, 9), (2, 2), (1, 4), (9, 1)):
+        x, w = tp.randn(n, c), tp.randn(c)
+        cf(x, w)
+        got = cf(x, w)
+        ref = f(x, w)
+        assert got.shape == ref.shape and torch.allclose(got._data, ref._data, atol=1e-6)
+    if backend == "stax":
+        assert cf.counters["captures"] == 7         # static kernels: one per size (module doc)
+    else:
+        assert cf.counters["captures"] <= 4         # even/odd rows, c == 1, n == 1

@@ -120,3 +120,66 @@ def test_results_equal_eager_for_every_size(backend):
         assert cf.counters["captures"] == 7         # static kernels: one per size (module doc)
     else:
         assert cf.counters["captures"] <= 4         # even/odd rows, c == 1, n == 1
+
+
+def test_data_gates_and_symbolic_sizes_together():
+    """A data gate's replay graph reads size symbols too (it binds them like the graph)."""
+    def f(x):
+        y = x.view(-1, x.shape[1] * 2)
+        if y.sum() > 0:
+            return y.relu()
+        return y * 2
+    backend = Counting()
+    cf = tp.compile(f, dynamic=True, backend=backend)
+    for n in (4, 6, 8, 10):
+        for sign in (1, -1):
+            x = tp.randn(n, 3).abs() * sign
+            cf(x)
+            assert torch.allclose(cf(x)._data, f(x)._data)
+    assert len(backend.graphs) == 2          # one per gate outcome, for every size
+
+
+@pytest.mark.parametrize("backend", ["eager", "stax"])
+def test_training_a_module_over_batch_sizes(backend):
+    import tensorplay.nn as nn
+    tp.manual_seed(0)
+    m = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 2))
+    ref = nn.Sequential(nn.Linear(5, 7), nn.ReLU(), nn.Linear(7, 2))
+    ref.load_state_dict(m.state_dict())
+    cm = tp.compile(m, dynamic=True, backend=backend)
+    for n in (3, 9, 17, 9):
+        x = tp.randn(n, 5)
+        out = cm(x)
+        out = cm(x)                           # a later call: the compiled artifact
+        r = ref(x)
+        assert torch.allclose(out._data, r._data, atol=1e-5)
+        for p in list(m.parameters()) + list(ref.parameters()):
+            p.grad = None
+        out.square().sum().backward()
+        r.square().sum().backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad._data, q.grad._data, atol=1e-5)
+    assert cm.counters["captures"] == (1 if backend == "eager" else 3)
+
+
+def test_gpt_forward_and_training_one_artifact_over_batch_and_sequence_lengths():
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "examples"))
+    from gpt import GPT, GPTConfig
+    tp.manual_seed(0)
+    m, ref = GPT(GPTConfig()), GPT(GPTConfig())
+    ref.load_state_dict(m.state_dict())
+    backend = Counting()
+    cm = tp.compile(m, dynamic=True, backend=backend)
+    for B, T in ((2, 16), (3, 20), (2, 7), (5, 31)):
+        idx, tgt = tp.randint(0, 64, (B, T)), tp.randint(0, 64, (B, T))
+        for p in list(m.parameters()) + list(ref.parameters()):
+            p.grad = None
+        cm(idx, tgt)
+        logits, loss = cm(idx, tgt)
+        rl, rloss = ref(idx, tgt)
+        assert logits.shape == (B, T, 64) and torch.allclose(logits._data, rl._data, atol=1e-5)
+        loss.backward()
+        rloss.backward()
+        for p, q in zip(m.parameters(), ref.parameters()):
+            assert torch.allclose(p.grad._data, q.grad._data, atol=1e-5)
+    assert len(backend.graphs) == 1

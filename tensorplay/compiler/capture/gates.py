@@ -48,6 +48,7 @@ def extract_replay(gm: GraphModule, gates) -> "GateReplay | None":
     dropped = [g for g in gates if g.node not in present]
     keep = backward_slice(gm.graph, [g.node for g in live])
     g2 = Graph()
+    g2.size_symbols = dict(gm.graph.size_symbols)   # same placeholders: the same size bindings
     env = {}
     for n in gm.graph.nodes:
         if n.op == "placeholder" or n in keep:

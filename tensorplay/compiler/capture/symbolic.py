@@ -62,6 +62,18 @@ def hints_of(x):
     return x
 
 
+def _on_meta(x):
+    """Tensors (fake) of ``x`` moved to the meta device, recursively (inside the fake mode)."""
+    if isinstance(x, torch.Tensor):
+        return x if x.device.type == "meta" else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
+                                                                     device="meta")
+    if isinstance(x, list):
+        return [_on_meta(v) for v in x]
+    if isinstance(x, tuple) and not hasattr(x, "_fields"):
+        return tuple(_on_meta(v) for v in x)
+    return x
+
+
 @dataclasses.dataclass(frozen=True)
 class SymbolSource:
     """Where a size symbol is read from when the graph runs: dim ``dim`` of placeholder ``input``
@@ -104,10 +116,13 @@ class SymbolicShapes:
 
     # -- ops ---------------------------------------------------------------------------------------
     def run(self, op, args):
-        """The op on fake arguments: symbolic outputs (fake tensors, or a Python value)."""
+        """The op on fake arguments: symbolic outputs (fake tensors, or a Python value).  Every
+        tensor argument is seen on the meta device, so kernels that inspect values on real
+        devices (index range checks) take their meta path, as they do for ``run_meta``."""
         from torch._dispatch.python import enable_python_dispatcher
         # (the Python dispatcher: the SymInt-aware meta functions, as torch's own tracing uses)
         with self.mode, enable_python_dispatcher():
+            args = _on_meta(args)
             if op.meta is not None:
                 return op.meta(*args)
             return op.eager(*args)

@@ -183,3 +183,17 @@ def test_gpt_forward_and_training_one_artifact_over_batch_and_sequence_lengths()
         for p, q in zip(m.parameters(), ref.parameters()):
             assert torch.allclose(p.grad._data, q.grad._data, atol=1e-5)
     assert len(backend.graphs) == 1
+
+
+def test_a_data_dependent_size_is_a_shape_gate_not_a_symbol():
+    """``x[x > 0]``: the output size depends on values; under dynamic=True it keeps the sample's
+    size, checked by the shape gate before every call (a call with another count recaptures)."""
+    def f(x):
+        return x[x > 0].sum() * x.shape[0]
+    backend = Counting()
+    cf = tp.compile(f, dynamic=True, backend=backend)
+    x = tp.randn(6, 3)
+    for y in (x, tp.randn(9, 3), x):
+        cf(y)
+        assert torch.allclose(cf(y)._data, f(y)._data)
+    assert len(backend.graphs) == 2

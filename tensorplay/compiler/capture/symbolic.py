@@ -97,6 +97,8 @@ class SymbolicShapes:
         self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=False)
         self.sources: dict[sympy.Symbol, SymbolSource] = {}
 
+    hints_of = staticmethod(hints_of)
+
     # -- inputs ------------------------------------------------------------------------------------
     def input_fake(self, t: torch.Tensor, placeholder: str, index: int, name: str):
         """A fake of input ``t`` whose sizes other than 0 and 1 are fresh symbols."""

@@ -31,7 +31,6 @@ from ...autograd import grad_mode
 from ...ops import registry
 from ..graph import Graph, GraphModule
 from .proxy import CaptureError, Proxy, where
-from .symbolic import SymbolicShapes, hints_of
 from .pytree import tree_flatten
 
 __all__ = ["capture", "Capture", "Gate", "FreeTensor", "find_sources", "TENSOR_LEAF"]
@@ -141,7 +140,10 @@ class Tracer:
     def __init__(self, execute=True, sources=None, dynamic=False):
         self.graph = Graph()
         # dynamic=True: the symbolic shadow run (symbolic.py); None: static shapes
-        self.sym = SymbolicShapes() if dynamic else None
+        self.sym = None
+        if dynamic:     # (imported only then: a warm process imports neither sympy nor fake tensors)
+            from .symbolic import SymbolicShapes
+            self.sym = SymbolicShapes()
         self._fakes: dict = {}                 # id(lifted tensor) -> its static fake (dynamic only)
         self.execute = execute
         self.active = False
@@ -242,7 +244,7 @@ class Tracer:
         if mp is not None and isinstance(args[mp], Tensor):
             self.node_of(args[mp])
         if self.sym is not None:
-            raw = hints_of(raw)      # the sample run computes with the sample sizes (no guard)
+            raw = self.sym.hints_of(raw)      # the sample run computes with the sample sizes (no guard)
         if not self.execute:
             return registry._to_meta_args(op.schema, raw)
         return raw
@@ -261,7 +263,8 @@ class Tracer:
             node.meta["val"] = _to_meta(outs[0]._data)
             return
         # (with execute=False such an op's meta function has already raised DataDependentShapeError)
-        dynamic = self.execute and op.output_shape_depends_on_data(*(args if self.sym is None else hints_of(args)))
+        sample_args = args if self.sym is None else self.sym.hints_of(args)
+        dynamic = self.execute and op.output_shape_depends_on_data(*sample_args)
         tensors = [o for o in outs if isinstance(o, Tensor)]
         if len(outs) == 1 and not s.returns_list and not s.returns_tuple:
             self._become(outs[0], node)
@@ -290,7 +293,15 @@ class Tracer:
         """Run ``op`` on the fakes of its arguments: ``meta["sym"]`` of the node (the outputs' fakes
         are read from it by _shadow_output)."""
         s = op.schema
-        res = self.sym.run(op, _map_tensor_args(s, args, self.fake_of))
+        try:
+            res = self.sym.run(op, _map_tensor_args(s, args, self.fake_of))
+        except Exception:
+            if not (self.execute and op.output_shape_depends_on_data(*self.sym.hints_of(args))):
+                raise
+            # a data-dependent output shape (x[mask], unique): the output's sizes are the sample's,
+            # which the shape gates of on_op check before every call
+            fakes = [self.sym.static_fake(o._data) if isinstance(o, Tensor) else o for o in outs]
+            res = fakes[0] if len(outs) == 1 and not s.returns_list and not s.returns_tuple else tuple(fakes)
         if s.mutated_pos is not None:
             res = self.fake_of(args[s.mutated_pos])
         node.meta["sym"] = res

@@ -649,11 +649,7 @@ class Lowered:
         if sym is None or self._shape_guards_added:
             return
         from .specialize.shape_guards import shape_entries
-        phs = [n for n in self.capture.gm.graph.nodes if n.op == "placeholder"]
-        tensors = [(i, self.capture.input_names[i] if i < len(self.capture.input_names) else f"arg{i}")
-                   for i, x in enumerate(self.leaves) if isinstance(x, Tensor)]
-        placeholders = [(i, name, ph.meta["sym"]) for (i, name), ph in zip(tensors, phs)]
-        self.key = list(self.key) + shape_entries(sym, placeholders)
+        self.key = list(self.key) + shape_entries(sym)
         self.guard = build_guard(self.key, name="guard")
         self._shape_guards_added = True
 

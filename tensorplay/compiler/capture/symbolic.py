@@ -18,10 +18,11 @@ rule is written twice.  The rules:
   environment (:meth:`SymbolicShapes.guards`), the shape analogue of a data gate;
 * the real run gets the hints (:func:`hints_of`): computing the sample never adds a guard.
 
-The graph's nodes keep their concrete sample metadata in ``meta["val"]`` (every pass reads it as
-before) and their symbolic metadata in ``meta["sym"]``; size arguments are sympy expressions of
-the input symbols (:meth:`SymbolicShapes.expr`), and ``Graph.size_symbols`` says where each symbol
-is read from (input, dim) when the graph runs.
+At the end of capture every node's ``meta["val"]`` is its symbolic fake tensor (``meta["sym"]``),
+so a pass or backend that reads a size as a number records a guard instead of baking in the
+sample; size arguments are sympy expressions of the input symbols (:meth:`SymbolicShapes.expr`),
+and ``Graph.size_symbols`` says where each symbol is read from (input, dim) when the graph runs.
+:meth:`SymbolicShapes.inputs` lists every tensor input's fake, for the shape guards.
 """
 from __future__ import annotations
 
@@ -30,13 +31,24 @@ import dataclasses
 import sympy
 import torch
 
-__all__ = ["SymbolicShapes", "SymbolSource", "is_symbolic", "hints_of", "specialize_graph"]
+from ..graph.node import _is_size_expr
+
+__all__ = ["SymbolicShapes", "SymbolSource", "hints_of", "specialize_graph"]
 
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
-def is_symbolic(x) -> bool:
-    return isinstance(x, _SYM_TYPES)
+def _map_leaves(x, f):
+    """``x`` with ``f`` applied to every leaf inside lists, tuples (named ones too) and slices —
+    the shapes op arguments and metadata come in."""
+    if isinstance(x, list):
+        return [_map_leaves(v, f) for v in x]
+    if isinstance(x, tuple):
+        vals = [_map_leaves(v, f) for v in x]
+        return type(x)(*vals) if hasattr(x, "_fields") else type(x)(vals)
+    if isinstance(x, slice):
+        return slice(_map_leaves(x.start, f), _map_leaves(x.stop, f), _map_leaves(x.step, f))
+    return f(x)
 
 
 def _hint(x):
@@ -51,27 +63,16 @@ def _hint(x):
 def hints_of(x):
     """``x`` with every symbolic number replaced by its sample value (lists, tuples, slices
     recursively): what the real op of the capture run receives."""
-    if isinstance(x, _SYM_TYPES):
-        return _hint(x)
-    if isinstance(x, list):
-        return [hints_of(v) for v in x]
-    if isinstance(x, tuple):
-        return type(x)(hints_of(v) for v in x) if not hasattr(x, "_fields") else type(x)(*(hints_of(v) for v in x))
-    if isinstance(x, slice):
-        return slice(hints_of(x.start), hints_of(x.stop), hints_of(x.step))
-    return x
+    return _map_leaves(x, lambda v: _hint(v) if isinstance(v, _SYM_TYPES) else v)
 
 
 def _on_meta(x):
     """Tensors (fake) of ``x`` moved to the meta device, recursively (inside the fake mode)."""
-    if isinstance(x, torch.Tensor):
-        return x if x.device.type == "meta" else torch.empty_strided(x.shape, x.stride(), dtype=x.dtype,
-                                                                     device="meta")
-    if isinstance(x, list):
-        return [_on_meta(v) for v in x]
-    if isinstance(x, tuple) and not hasattr(x, "_fields"):
-        return tuple(_on_meta(v) for v in x)
-    return x
+    def leaf(t):
+        if isinstance(t, torch.Tensor) and t.device.type != "meta":
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        return t
+    return _map_leaves(x, leaf)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +97,7 @@ class SymbolicShapes:
         self.env = ShapeEnv(duck_shape=False, specialize_zero_one=True)
         self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=False)
         self.sources: dict[sympy.Symbol, SymbolSource] = {}
+        self.inputs: list = []     # (flat leaf index, human name, fake) of every tensor input
 
     hints_of = staticmethod(hints_of)
 
@@ -110,6 +112,7 @@ class SymbolicShapes:
             e = s.node.expr if isinstance(s, torch.SymInt) else None
             if isinstance(e, sympy.Symbol) and e not in self.sources:
                 self.sources[e] = SymbolSource(placeholder, index, d, name)
+        self.inputs.append((index, name, fake))
         return fake
 
     def static_fake(self, t: torch.Tensor):
@@ -139,16 +142,12 @@ class SymbolicShapes:
 
     def args_to_exprs(self, x):
         """Node arguments with every symbolic number as its expression (recursively)."""
-        if isinstance(x, _SYM_TYPES):
-            e = self.expr(x)
+        def leaf(v):
+            if not isinstance(v, _SYM_TYPES):
+                return v
+            e = self.expr(v)
             return int(e) if e.is_Integer else e
-        if isinstance(x, list):
-            return [self.args_to_exprs(v) for v in x]
-        if isinstance(x, tuple) and not hasattr(x, "_fields"):
-            return tuple(self.args_to_exprs(v) for v in x)
-        if isinstance(x, slice):
-            return slice(self.args_to_exprs(x.start), self.args_to_exprs(x.stop), self.args_to_exprs(x.step))
-        return x
+        return _map_leaves(x, leaf)
 
     def hint(self, e) -> int:
         """The value of an expression of the input symbols at their hints."""
@@ -161,10 +160,6 @@ class SymbolicShapes:
         return int(v)
 
     # -- what the capture assumed --------------------------------------------------------------------
-    def replacements(self) -> dict:
-        """symbol -> the expression it was unified with (sizes the program related)."""
-        return {s: self.env.replace(s) for s in self.sources if self.env.replace(s) != s}
-
     def guards(self) -> list:
         """The shape guards recorded while capturing: ``(condition, where)``, in order; the
         condition holds at the hints."""
@@ -183,38 +178,28 @@ def specialize_graph(gm, symbolic):
     arguments become ints and metadata concrete meta tensors — the graph a static capture gives."""
     from ..graph import GraphModule
     g, _ = gm.graph.copy()
-    for n in g.placeholders:
-        f = n.meta.get("val")
-        if isinstance(f, torch.Tensor):
-            [int(s) for s in f.shape], [int(s) for s in f.stride()]     # noqa: B018 (records the guards)
     vals = {s: sympy.Integer(symbolic.hint(s)) for s in symbolic.sources}
 
     def arg(x):
         if isinstance(x, torch.SymInt):
             return int(x)
-        if type(x).__module__.startswith(("sympy", "torch.utils._sympy")):
+        if _is_size_expr(x):
             v = sympy.sympify(x).xreplace(vals)
             return int(v) if v.is_Integer else x
-        if isinstance(x, list):
-            return [arg(v) for v in x]
-        if isinstance(x, tuple) and not hasattr(x, "_fields"):
-            return tuple(arg(v) for v in x)
-        if isinstance(x, slice):
-            return slice(arg(x.start), arg(x.stop), arg(x.step))
         return x
 
     def concrete(v):
+        # int() of each size and stride records the guard that it equals the sample's: the
+        # placeholders come first, so every input size and stride is guarded
         if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
             return torch.empty_strided([int(s) for s in v.shape], [int(s) for s in v.stride()], dtype=v.dtype,
                                        device="meta")
-        if isinstance(v, (tuple, list)):
-            return type(v)(concrete(x) for x in v)
         return v
     for n in g.nodes:
-        n.args = arg(n.args)
-        n.kwargs = {k: arg(v) for k, v in n.kwargs.items()}
+        n.args = _map_leaves(n.args, arg)
+        n.kwargs = {k: _map_leaves(v, arg) for k, v in n.kwargs.items()}
         if "val" in n.meta:
-            n.meta = {**n.meta, "val": concrete(n.meta["val"])}
+            n.meta = {**n.meta, "val": _map_leaves(n.meta["val"], concrete)}
             n.meta.pop("sym", None)
     g.size_symbols = {}
     return GraphModule(g, dict(gm.attrs), name=gm._name)

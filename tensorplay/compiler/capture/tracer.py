@@ -65,8 +65,7 @@ class FreeTensor:
     tensor: object        # the tensor seen at capture
 
 
-def _to_meta(d: torch.Tensor) -> torch.Tensor:
-    return registry._to_meta(d)
+_to_meta = registry._to_meta   # (symbolic fake tensors stay fake: dynamic=True)
 
 
 _CONVERT = {"bool": lambda d: bool(d), "item": lambda d: d.item(), "int": lambda d: int(d.item()),
@@ -323,11 +322,8 @@ class Tracer:
         import operator
         if node.target is operator.getitem:
             src, i = node.args
-            f = src.meta["sym"][i]
-        else:
-            f = node.meta["sym"]
-        node.meta["sym"] = f
-        return f
+            node.meta["sym"] = src.meta["sym"][i]
+        return node.meta["sym"]
 
     def release(self):
         """End of capture: every proxy still alive becomes a plain Tensor again (with execute=True

@@ -35,12 +35,12 @@ def _source_text(expr, sources) -> str:
     return PythonPrinter().doprint(sympy.sympify(expr).xreplace(sub))
 
 
-def shape_entries(symbolic, placeholders) -> list:
-    """The key entries of a symbolic capture's size assumptions.  ``placeholders``:
-    ``(flat leaf index, human name, fake tensor)`` of every tensor input."""
+def shape_entries(symbolic) -> list:
+    """The key entries of a symbolic capture's size assumptions (over its tensor inputs,
+    ``symbolic.inputs``)."""
     sources = symbolic.sources
     out = []
-    for i, name, fake in placeholders:
+    for i, name, fake in symbolic.inputs:
         subject = f"arg {i} '{name}'"
         for d, s in enumerate(fake.shape):
             e = symbolic.expr(s)
@@ -69,8 +69,8 @@ def shape_entries(symbolic, placeholders) -> list:
     return out
 
 
-def build_input_guard(symbolic, placeholders, name="shape_guard"):
+def build_input_guard(symbolic, name="shape_guard"):
     """``check(L, F, C, M, S=None) -> None | str`` for a symbolic capture's size assumptions
     (:func:`shape_entries`); ``check.source`` is its text, a comment per condition saying where
     the condition came from."""
-    return build_guard(shape_entries(symbolic, placeholders), name=name)
+    return build_guard(shape_entries(symbolic), name=name)

@@ -14,6 +14,16 @@ def _seed():
     yield
 
 
+@pytest.fixture(autouse=True)
+def stax_cache(tmp_path_factory, monkeypatch):
+    """Every test: TP_CACHE_DIR at one cache for the test session ($TP_TEST_CACHE to reuse one
+    across sessions), so no test touches the user's kernel cache, and a library the process loaded
+    once (the code cache keeps loaded libraries in memory) is in the cache a child process reads."""
+    d = os.environ.get("TP_TEST_CACHE") or str(tmp_path_factory.getbasetemp() / "tp_cache")
+    monkeypatch.setenv("TP_CACHE_DIR", d)
+    yield d
+
+
 _UNSET = object()
 
 

@@ -9,7 +9,6 @@ import pytest
 import torch
 
 import tensorplay as tp
-from stax.conftest import stax_cache  # noqa: F401  (the fixture, for the Stax-compiled tests here)
 
 pytestmark = pytest.mark.usefixtures("stax_cache")
 

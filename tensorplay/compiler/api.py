@@ -44,7 +44,7 @@ import torch
 from .._tensor import Tensor, _wrap
 from ..autograd import grad_mode
 from . import config
-from .backends.registry import lookup_backend
+from .backends.registry import StaticShapesRequired, lookup_backend
 from .capture.gates import extract_replay
 from .capture.proxy import CaptureError, _internal
 from .capture.pytree import tree_flatten, tree_unflatten
@@ -510,7 +510,18 @@ class CompiledFunction:
             from .capture.symbolic import specialize_graph
             gm = specialize_graph(gm, sym)     # a backend with static kernels: guarded to the sample's sizes
         try:
-            return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
+            try:
+                return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
+            except StaticShapesRequired as e:
+                if sym is None:
+                    raise
+                from .capture.symbolic import specialize_graph
+                lowered.specialized_reason = str(e)
+                if _log_recompiles():
+                    print(f"[tp.compile] {self.name}: backend {self.backend_name!r} specialises this graph to the "
+                          f"sample's sizes: {e}", file=sys.stderr)
+                gm = specialize_graph(gm, sym)
+                return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
         except Exception as e:
             if self.strict_native:
                 raise BackendCompilerError(f"tp.compile({self.name}): backend {self.backend_name!r} failed with "
@@ -572,6 +583,7 @@ class Lowered:
         self.key = key
         self.guard = build_guard(key, name="guard")
         self._shape_guards_added = False
+        self.specialized_reason = None   # dynamic=True: why the backend needed the sample's static sizes
         self.leaves = leaves
         self.example_inputs = [x for x in leaves if isinstance(x, Tensor)] + [f.tensor for f in cap.free]
         gm = cap.gm

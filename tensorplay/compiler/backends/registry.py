@@ -10,7 +10,14 @@ imported, and ``tensorplay.compiler`` imports the built-in ones (``eager``, ``ao
 """
 from __future__ import annotations
 
-__all__ = ["register_backend", "lookup_backend", "list_backends"]
+__all__ = ["register_backend", "lookup_backend", "list_backends", "StaticShapesRequired"]
+
+
+class StaticShapesRequired(Exception):
+    """Raised by a backend given a symbolic graph (``dynamic=True``) that it cannot compile with
+    symbolic sizes; ``tp.compile`` then hands it the graph specialised to the sample's sizes
+    (capture/symbolic.specialize_graph: a guard per input size) and records the reason (the
+    chapter §10: a specialisation, not a fallback to eager)."""
 
 _BACKENDS: dict = {}
 

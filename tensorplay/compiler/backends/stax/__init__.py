@@ -112,6 +112,9 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     from ...aot import aot_backend, is_training_region
     from ..eager import raw_function
     if is_training_region(example_inputs):
+        if _is_symbolic(gm) and not getattr(aot_backend, "dynamic_shapes", False):
+            from ..registry import StaticShapesRequired
+            raise StaticShapesRequired("AOT autograd traces the joint graph on the sample's sizes")
         # training region (docs/aot.md): joint graph -> partition -> both graphs through this backend
         def native(g, example):
             return stax_backend(g, example, options=options, strict_native=strict_native, **kw)
@@ -124,7 +127,13 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         raise StaxStrictError(f"Stax has no device backend for {', '.join(missing)} tensors "
                               f"(registered: {', '.join(registered_devices())}; device.register_device_backend)")
     from . import codecache
-    rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
+    try:
+        rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
+    except Exception as e:
+        if not _is_symbolic(gm):
+            raise
+        from ..registry import StaticShapesRequired
+        raise StaticShapesRequired(f"{type(e).__name__}: {e}") from e
     fallbacks = [tuple(f) for f in rec["fallbacks"]]
     if strict_native:
         _reject_fallbacks(fallbacks)
@@ -171,10 +180,15 @@ def _aot_decompose(node):
     return choices.aot_decompose(node)
 
 
+def _is_symbolic(gm) -> bool:
+    from .lowering import _fake_mode_of
+    return _fake_mode_of(gm) is not None
+
+
 stax_backend.aot_decompose = _aot_decompose   # read by aot_backend and Lowered.aot
-#: the kernels take no size arguments yet: under dynamic=True tp.compile hands Stax the graph
-#: specialised to the sample's sizes (capture/symbolic.specialize_graph, a guard per size)
-stax_backend.dynamic_shapes = False
+#: kernels take size arguments (dynamic=True): a graph whose lowering, planning or code
+#: generation needs a static size raises StaticShapesRequired, and tp.compile specialises it
+stax_backend.dynamic_shapes = True
 
 
 def _register():

@@ -43,20 +43,58 @@ __all__ = ["Interval", "bound", "check_access", "index_type", "magnitude", "Indi
 INT32 = (-(2 ** 31), 2 ** 31 - 1)
 
 
+def _num(x):
+    """An integer end point as an int; a symbolic one (an expression of size symbols) as is."""
+    if isinstance(x, sympy.Basic):
+        x = sympy.expand(x)
+        return int(x) if x.is_Integer else x
+    return x
+
+
+def _le(a, b) -> bool:
+    """Is ``a <= b`` proved?  Integers compare; symbolic end points are proved over the size
+    symbols' ranges (sizevars.statically_known_leq: False means "not proved")."""
+    a, b = _num(a), _num(b)
+    if isinstance(a, int) and isinstance(b, int):
+        return a <= b
+    from .sizevars import statically_known_leq
+    return statically_known_leq(a, b)
+
+
+def _extreme(vals, smallest: bool):
+    vals = [_num(v) for v in vals]
+    if all(isinstance(v, int) for v in vals):
+        return min(vals) if smallest else max(vals)
+    for v in vals:
+        if all((_le(v, w) if smallest else _le(w, v)) for w in vals):
+            return v
+    raise Unsupported(f"cannot order the interval end points {vals} over the size symbols' ranges")
+
+
 @dataclasses.dataclass(frozen=True)
 class Interval:
-    lo: int
-    hi: int
+    """``[lo, hi]``: ints, or expressions of the size symbols (symbolic shapes, the chapter §10:
+    the end points are then ordered by proofs over the symbols' ranges)."""
+    lo: object
+    hi: object
+
+    def __post_init__(self):
+        object.__setattr__(self, "lo", _num(self.lo))
+        object.__setattr__(self, "hi", _num(self.hi))
 
     def __add__(self, o):
         return Interval(self.lo + o.lo, self.hi + o.hi)
 
     def __mul__(self, o):
         c = (self.lo * o.lo, self.lo * o.hi, self.hi * o.lo, self.hi * o.hi)
-        return Interval(min(c), max(c))
+        return Interval(_extreme(c, True), _extreme(c, False))
 
     def within(self, lo, hi) -> bool:
-        return lo <= self.lo and self.hi <= hi
+        return _le(lo, self.lo) and _le(self.hi, hi)
+
+    def empty(self) -> bool:
+        """Is the interval proved empty?"""
+        return _le(self.hi + 1, self.lo)
 
 
 class IndirectIndex(sympy.Function):
@@ -75,9 +113,34 @@ def _fraction(e):
     return sympy.expand(num), int(den)
 
 
+def _size_symbols() -> frozenset:
+    from .sizevars import current
+    return current().symbols
+
+
+def _smin(*vals):
+    """The least of ``vals`` (a range's upper bound tightened by a mask's): when symbolic end
+    points cannot be ordered, the last one -- each is a valid bound, so any choice is sound."""
+    try:
+        return _extreme(vals, True)
+    except Unsupported:
+        return _num(vals[-1])
+
+
+def _smax(*vals):
+    try:
+        return _extreme(vals, False)
+    except Unsupported:
+        return _num(vals[-1])
+
+
+def _floordiv(a, den: int):
+    return a // den if isinstance(a, int) else sympy.floor(a / den)
+
+
 def _nonneg(e, ranges, what) -> Interval:
     iv = bound(e, ranges)
-    if iv.lo < 0:
+    if not _le(0, iv.lo):
         raise Unsupported(f"cannot prove the argument of {what} non-negative (interval [{iv.lo}, {iv.hi}])")
     return iv
 
@@ -88,12 +151,15 @@ def bound(expr, ranges: dict) -> Interval:
     if e.is_Integer:
         return Interval(int(e), int(e))
     if e.is_Symbol:
-        if e not in ranges:
-            raise Unsupported(f"index variable {e} has no known range")
-        lo, hi = ranges[e]
-        return Interval(lo, hi)
+        if e in ranges:
+            lo, hi = ranges[e]
+            return Interval(lo, hi)
+        from .sizevars import current
+        if e in current().symbols:      # a size symbol: a (symbolic) constant of the kernel
+            return Interval(e, e)
+        raise Unsupported(f"index variable {e} has no known range")
     if isinstance(e, IndirectIndex):
-        return Interval(0, max(int(e.args[1]) - 1, 0))
+        return Interval(0, _extreme([e.args[1] - 1, 0], False))
     if e.is_Add:
         out = Interval(0, 0)
         for a in e.args:
@@ -111,11 +177,11 @@ def bound(expr, ranges: dict) -> Interval:
         if not q.is_Integer or int(q) <= 0:
             raise Unsupported(f"Mod by a non-constant in {e}")
         iv = _nonneg(a, ranges, e)
-        return iv if iv.hi < int(q) else Interval(0, int(q) - 1)
+        return iv if _le(iv.hi + 1, q) else Interval(0, int(q) - 1)
     if isinstance(e, sympy.floor):
         num, den = _fraction(e.args[0])
         iv = _nonneg(num, ranges, e)
-        return Interval(iv.lo // den, iv.hi // den)
+        return Interval(_floordiv(iv.lo, den), _floordiv(iv.hi, den))
     raise Unsupported(f"no interval rule for {e}")
 
 
@@ -127,7 +193,7 @@ def _conjuncts(cond, ranges):
             continue
         e = sympy.expand(c.lhs - c.rhs)
         free = [s for s in e.free_symbols if s in ranges]
-        if not e.free_symbols - set(free):
+        if not e.free_symbols - set(free) - _size_symbols():   # (size symbols: constants of the kernel)
             yield e, c.rel_op, free
 
 
@@ -146,28 +212,35 @@ def refine(ranges: dict, cond) -> dict:
         v = free[0]
         a = e.coeff(v)
         k = sympy.expand(e - a * v)
-        if not (a.is_Integer and k.is_Integer) or a == 0:
+        if not a.is_Integer or a == 0 or k.free_symbols & {*out}:
             continue
-        a, k = int(a), int(k)
+        a = int(a)
+        if k.is_Integer:
+            k = int(k)
+        elif abs(a) != 1:       # a symbolic bound is taken when the division by a is exact
+            continue
+
+        def fdiv(x, d):         # floor(x / d); exact for a symbolic x when |d| == 1
+            return x // d if isinstance(x, int) else x * d
         lo, hi = out[v]
         # a*v + k  op  0  over the integers
         if op in ("<", ">"):   # strict -> non-strict
             k, op = (k + 1, "<=") if op == "<" else (k - 1, ">=")
         if op == "==":
-            if k % a:
+            if isinstance(k, int) and k % a:
                 lo, hi = 0, -1
             else:
-                lo, hi = max(lo, -k // a), min(hi, -k // a)
+                lo, hi = _smax(lo, fdiv(-k, a)), _smin(hi, fdiv(-k, a))
         elif op == "<=":
             if a > 0:
-                hi = min(hi, (-k) // a)            # v <= floor(-k / a)
+                hi = _smin(hi, fdiv(-k, a))            # v <= floor(-k / a)
             else:
-                lo = max(lo, -((-k) // -a))        # v >= ceil(k / |a|)
+                lo = _smax(lo, -fdiv(-k, -a))          # v >= ceil(k / |a|)
         else:   # ">="
             if a > 0:
-                lo = max(lo, -(k // a))            # v >= ceil(-k / a)
+                lo = _smax(lo, -fdiv(k, a))            # v >= ceil(-k / a)
             else:
-                hi = min(hi, k // -a)              # v <= floor(k / |a|)
+                hi = _smin(hi, fdiv(k, -a))            # v <= floor(k / |a|)
         out[v] = (lo, hi)
     return out
 
@@ -190,15 +263,15 @@ def _linear_windows(ranges: dict, cond) -> dict:
             out[lin] = (iv.lo, iv.hi)
         lo, hi = out[lin]     # lin + k  op  0
         if op == "<":
-            hi = min(hi, -k - 1)
+            hi = _smin(hi, -k - 1)
         elif op == "<=":
-            hi = min(hi, -k)
+            hi = _smin(hi, -k)
         elif op == ">":
-            lo = max(lo, -k + 1)
+            lo = _smax(lo, -k + 1)
         elif op == ">=":
-            lo = max(lo, -k)
+            lo = _smax(lo, -k)
         else:  # ==
-            lo, hi = max(lo, -k), min(hi, -k)
+            lo, hi = _smax(lo, -k), _smin(hi, -k)
         out[lin] = (lo, hi)
     return out
 
@@ -223,7 +296,7 @@ def check_access(name, expr, ranges, extent, cond=None):
     shown = expr
     if ind:
         sub = {a: sympy.Symbol(f"_indirect{k}", integer=True) for k, a in enumerate(ind)}
-        ranges = {**ranges, **{sub[a]: (0, int(a.args[1]) - 1) for a in ind}}
+        ranges = {**ranges, **{sub[a]: (0, _num(a.args[1] - 1)) for a in ind}}
         expr = expr.xreplace(sub)
         cond = cond.xreplace(sub) if isinstance(cond, sympy.Basic) else cond
     if cond is not None and cond is not sympy.true and cond is not sympy.false:
@@ -240,13 +313,13 @@ def check_access(name, expr, ranges, extent, cond=None):
             ranges[sub[a]] = (iv.lo, iv.hi)
         expr, cond = expr.xreplace(sub), cond.xreplace(sub)
     ranges = refine(ranges, cond)
-    if extent == 0 or any(hi < lo for lo, hi in ranges.values()):
+    if _num(extent) == 0 or any(Interval(lo, hi).empty() for lo, hi in ranges.values()):
         return
     e, ext = expr, ranges
     if cond is not None and cond is not sympy.true:
         e, ext = sympy.expand(expr), dict(ranges)
         for j, (lin, (lo, hi)) in enumerate(_linear_windows(ranges, cond).items()):
-            if hi < lo:
+            if Interval(lo, hi).empty():
                 return          # the mask never holds: nothing is read
             vs = sorted(lin.free_symbols, key=str)
             c = e.coeff(vs[0]) / lin.coeff(vs[0])
@@ -269,11 +342,21 @@ def magnitude(expr, ranges: dict) -> int:
     if e.is_Mul:
         return math.prod(magnitude(a, ranges) for a in e.args)
     if isinstance(e, sympy.Mod):
-        return max(magnitude(e.args[0], ranges), abs(int(e.args[1])) if e.args[1].is_Integer else 0)
+        return _extreme([magnitude(e.args[0], ranges), abs(int(e.args[1])) if e.args[1].is_Integer else 0], False)
     if isinstance(e, sympy.floor):
         return magnitude(_fraction(e.args[0])[0], ranges)
     iv = bound(e, ranges)
-    return max(abs(iv.lo), abs(iv.hi))
+    return _extreme([_abs(iv.lo), _abs(iv.hi)], False)
+
+
+def _abs(x):
+    if isinstance(x, int):
+        return abs(x)
+    if _le(0, x):
+        return x
+    if _le(x, 0):
+        return -x
+    raise Unsupported(f"cannot tell the sign of {x} over the size symbols' ranges")
 
 
 def index_type(intervals) -> str:

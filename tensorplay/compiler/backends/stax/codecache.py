@@ -390,9 +390,25 @@ def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
         else:
             return None
     consts = [_tensor_sig(t, True) for t in graph_constants(gm).values()]
-    return _sha256_parts(CACHE_VERSION, "graph", gm.code, "\0".join(ins), "\0".join(consts),
+    return _sha256_parts(CACHE_VERSION, "graph", gm.code, "\0".join(ins), "\0".join(consts), _symbolic_sig(gm),
                          f"cpp_wrapper={bool(cpp_wrapper)}", torch.__version__, torch.get_num_threads(),
                          sys.version, config.digest(), _package_digest(), user_code_digest())
+
+
+def _symbolic_sig(gm) -> str:
+    """A symbolic graph's input layouts as expressions and its symbols' ranges ("" when static):
+    the code generated for it depends on them (sizevars.py, bounds.py), the hints are in the
+    example inputs' part of the key."""
+    import torch
+    parts, env = [], None
+    for n in gm.graph.nodes:
+        v = n.meta.get("val") if n.op == "placeholder" else None
+        if isinstance(v, torch.Tensor) and any(isinstance(x, torch.SymInt) for x in (*v.shape, *v.stride())):
+            env = next(x.node.shape_env for x in (*v.shape, *v.stride()) if isinstance(x, torch.SymInt))
+            parts.append(f"{[str(x) for x in v.shape]}/{[str(x) for x in v.stride()]}")
+    if env is not None:
+        parts += [f"{s}:{r}" for s, r in sorted(env.var_to_range.items(), key=lambda p: str(p[0]))]
+    return "\0".join(parts)
 
 
 def load_graph(key: str | None) -> dict | None:

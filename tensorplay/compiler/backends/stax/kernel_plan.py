@@ -25,7 +25,9 @@ plain data that says *what* a kernel does, for any device:
 
 Sizes in a plan (loop sizes, buffer extents) are expressions (sizevars.py): a merge is made only
 when it is proved for every size; the memory order weighs strides at the size hints; the bounds
-proofs evaluate the sizes as static ones (``evaluate_static_shape``).
+proofs hold for every value of the size symbols in their ranges (bounds.py: interval end points
+are expressions, ordered by proofs), and int32 indices are chosen only when the ranges are
+bounded so that every index fits (a symbol without an upper bound gives int64).
 
 Guarantee: the plan is a function of the scheduler's group alone (no device numbers in it); the
 device's own decisions (parallel depth, vector lanes, column mode, accumulators, cascades) go into
@@ -44,7 +46,7 @@ import torch
 from .bounds import Interval, IndirectIndex, bound, check_access, index_type, magnitude, record_accesses
 from .ir import FixedLayout, Unsupported
 from .scheduler import Group, kernel_index, kernel_vars
-from .sizevars import evaluate_static_shape, is_size_expr, size_hint, statically_known_equals
+from .sizevars import is_size_expr, size_hint, statically_known_equals
 
 __all__ = ["KernelPlan", "Loop", "Access", "NodePlan", "ReductionPlan", "Phase", "BufferFacts", "plan_kernel",
            "format_plan"]
@@ -253,16 +255,16 @@ def _buffer_facts(sched, group, accesses):
 def _check_bounds(sig, xs, rs, accesses, index_exprs, facts, local):
     """§6.8: prove every access in range (no run-time checks) and pick the index width.  Returns
     (index dtype, buffers whose data-dependent loads are checked at run time)."""
-    outer, inner = [evaluate_static_shape(n) for n in sig[0]], [evaluate_static_shape(n) for n in sig[1]]
+    outer, inner = list(sig[0]), list(sig[1])      # (expressions of the size symbols when symbolic)
     ranges = {v: (0, n - 1) for v, n in zip(xs, outer)}
     ranges.update({v: (0, n - 1) for v, n in zip(rs, inner)})
     ivs, checked = [], set()
-    nonempty = all(hi >= lo for lo, hi in ranges.values())
+    nonempty = not any(Interval(lo, hi).empty() for lo, hi in ranges.values())
     for a in accesses:
         if a.buffer in local:
             continue
         try:
-            check_access(a.buffer, a.index, ranges, evaluate_static_shape(facts[a.buffer].extent), a.mask)   # a masked load: where its mask holds
+            check_access(a.buffer, a.index, ranges, facts[a.buffer].extent, a.mask)   # a masked load: where its mask holds
         except Unsupported:
             if not a.index.atoms(IndirectIndex):
                 raise

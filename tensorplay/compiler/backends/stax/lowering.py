@@ -18,10 +18,12 @@ are always realized.
 """
 from __future__ import annotations
 
+import math
 import operator
 import sys
 import types
 
+import sympy
 import torch
 
 from ... import config
@@ -49,6 +51,7 @@ class GraphLowering:
         self.inputs: list[InputBuffer] = []
         self.constants: dict[str, torch.Tensor] = {}
         self.sizevars = SizeVarAllocator()   # the graph's size symbols (none while shapes are static)
+        self.fake_mode = None            # a symbolic graph's FakeTensorMode (run: _fake_mode_of)
         self.buffers: list = []          # ComputedBuffer / ExternBuffer in creation order
         self.env: dict = {}
         self.fallbacks: list[tuple[str, str]] = []
@@ -83,6 +86,81 @@ class GraphLowering:
 
     # -- the walk ---------------------------------------------------------------------------------
     def run(self):
+        self.fake_mode = _fake_mode_of(self.gm)
+        if self.fake_mode is None:
+            return self._run()
+        # a symbolic graph (§10): every node's meta value is seen by the rules as a SymbolicValue
+        # (sizes as this graph's expressions) while the graph is lowered
+        saved = {n: n.meta["val"] for n in self.gm.graph.nodes if "val" in n.meta}
+        try:
+            for n, v in saved.items():
+                n.meta["val"] = _map_values(v, self.symbolic_value)
+            return self._run()
+        finally:
+            for n, v in saved.items():
+                n.meta["val"] = v
+
+    @property
+    def symbolic(self) -> bool:
+        """Is the graph being lowered symbolic (sizes that are expressions of its inputs')?"""
+        return self.fake_mode is not None
+
+    def symbolic_value(self, v):
+        """A fake tensor of the capture as a :class:`SymbolicValue`; other values unchanged
+        (SymInts as expressions)."""
+        if isinstance(v, torch.Tensor):
+            return SymbolicValue(v, self.sizevars.from_torch)
+        if isinstance(v, (torch.SymInt, sympy.Basic)):
+            return self.sizevars.from_torch(v)
+        return v
+
+    def size_args(self, x):
+        """Node arguments with every size (SymInt or a capture's sympy expression) as this graph's
+        expression (lists, tuples and slices recursively)."""
+        if isinstance(x, (list, tuple)):
+            return type(x)(self.size_args(v) for v in x)
+        if isinstance(x, slice):
+            return slice(self.size_args(x.start), self.size_args(x.stop), self.size_args(x.step))
+        if isinstance(x, (torch.SymInt, sympy.Basic)):
+            e = self.sizevars.from_torch(x)
+            return int(e) if e.is_Integer else e
+        return x
+
+    def run_on_fakes(self, fn, layout, *args):
+        """``fn(t, *args)`` on a tensor laid out as ``layout`` (size, stride, offset): a meta tensor
+        while shapes are static, a fake of the capture's ShapeEnv when they are symbolic (``args``'
+        expressions as SymInts); the result's tensors as (size, stride, offset) expressions."""
+        if not self.symbolic:
+            meta = torch.empty_strided((layout.storage_extent() or 1,), (1,), dtype=layout.dtype, device="meta")
+            out = fn(meta.as_strided(layout.size, layout.stride, layout.offset), *args)
+            return _map_values(out, lambda t: (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t._is_view())
+                               if isinstance(t, torch.Tensor) else t)
+        from torch._dispatch.python import enable_python_dispatcher
+        sym = self._to_symint
+        with self.fake_mode, enable_python_dispatcher():
+            base = torch.empty_strided((sym(layout.storage_extent()),), (1,), dtype=layout.dtype, device="meta")
+            t = base.as_strided([sym(e) for e in layout.size], [sym(e) for e in layout.stride], sym(layout.offset))
+            out = fn(t, *_map_values(list(args), sym))
+
+        def back(v):
+            if isinstance(v, torch.Tensor):
+                f = self.sizevars.from_torch
+                return (tuple(map(f, v.shape)), tuple(map(f, v.stride())), f(v.storage_offset()), v._is_view())
+            return self.size_args(v)
+        return _map_values(out, back)
+
+    def _to_symint(self, e):
+        """A size expression of this graph as a SymInt of the capture's ShapeEnv (an int if static)."""
+        if not isinstance(e, sympy.Basic):
+            return e
+        e = sympy.sympify(e)
+        if e.is_Integer:
+            return int(e)
+        from .sizevars import to_torch_expr
+        env = self.sizevars.shape_env
+        return env.create_symintnode(to_torch_expr(e), hint=self.sizevars.size_hint(e))
+
+    def _run(self):
         from .op_lowerings import LOWERINGS
         ex = iter(self.example_inputs)
         for node in self.gm.graph.nodes:
@@ -90,6 +168,9 @@ class GraphLowering:
             if node.op == "placeholder":
                 t = next(ex)
                 d = t._data if hasattr(t, "_data") else t
+                val = node.meta.get("val")
+                if isinstance(val, SymbolicValue):   # sizes and strides: expressions of the sizes
+                    d = val
                 # offsets are relative to data_ptr(), which already includes the storage offset
                 # (and the offset is not part of the specialization key)
                 buf = InputBuffer(f"arg{len(self.inputs)}", FixedLayout(d.dtype, d.device, tuple(d.shape),
@@ -124,6 +205,8 @@ class GraphLowering:
         if d is None:
             return self.fallback(node, f"{node.target_name} is not an op-table entry")
         args = map_arg(node.args, self.env.__getitem__)
+        if self.symbolic:
+            args = self.size_args(args)
         rule = table.get(d.name)
         if rule is None:
             return self.fallback(node, "no lowering registered")
@@ -142,8 +225,10 @@ class GraphLowering:
         return out
 
     def _check_meta(self, node, box):
+        from .sizevars import statically_known_equals
         val = node.meta.get("val")
-        if hasattr(val, "shape") and (tuple(val.shape) != box.get_size() or val.dtype != box.dtype):
+        if hasattr(val, "shape") and (len(val.shape) != len(box.get_size()) or val.dtype != box.dtype or not all(
+                statically_known_equals(a, b) for a, b in zip(val.shape, box.get_size()))):
             raise StaxLoweringError(f"lowering of {node.format_node()} produced {box.dtype}{list(box.get_size())}, "
                                     f"meta says {val.dtype}{list(val.shape)}")
 
@@ -160,6 +245,8 @@ class GraphLowering:
                 print(f"[stax] fallback kernel for {name}: {reason}  ({node.format_node()})", file=sys.stderr)
         prep = prepare or (lambda r: r)
         args = map_arg(node.args, lambda n: prep(self._extern_arg(self.env[n])))
+        if self.symbolic:
+            args = self.size_args(args)
         val = node.meta.get("val")
         if d is not None and d.is_inplace:
             if "random" not in d.tags:
@@ -229,7 +316,7 @@ class GraphLowering:
 def _take_eager_strides(buf, val):
     """Outputs keep eager's strides (``x.t().exp()`` is column-major in eager, so it is here): a
     flexible buffer takes the meta value's strides when they are dense and non-overlapping."""
-    if not (getattr(buf, "flexible", False) and isinstance(val, torch.Tensor)):
+    if not (getattr(buf, "flexible", False) and isinstance(val, (torch.Tensor, SymbolicValue))):
         return
     stride = tuple(val.stride())
     if stride == buf.layout.stride or not _dense(val.shape, stride):
@@ -239,19 +326,73 @@ def _take_eager_strides(buf, val):
 
 
 def _dense(size, stride) -> bool:
-    """Is (size, stride) a permutation of a contiguous layout (size-1 dims ignored)?"""
-    dims = sorted((s, n) for n, s in zip(size, stride) if n != 1)
-    acc = 1
+    """Is (size, stride) a permutation of a contiguous layout (size-1 dims ignored)?  Symbolic
+    strides are ordered by their values at the hints; each must then equal the product."""
+    from .sizevars import size_hint, statically_known_equals
+    dims = sorted(((s, n) for n, s in zip(size, stride) if n != 1), key=lambda p: (size_hint(p[0]), size_hint(p[1])))
+    acc = sympy.Integer(1)
     for s, n in dims:
-        if s != acc:
+        if not statically_known_equals(s, acc):
             return False
-        acc *= n
+        acc = acc * n
     return True
 
 
 def _layout_of_meta(v) -> FixedLayout:
     dev = v.device if v.device.type != "meta" else torch.device("cpu")
     return FixedLayout(v.dtype, dev, tuple(v.shape), tuple(v.stride()), v.storage_offset())
+
+
+class SymbolicValue:
+    """What a rule sees as a node's meta value in a symbolic graph: the capture's fake tensor
+    with its sizes, strides and offset as this graph's expressions (sizevars.from_torch); every
+    other attribute is the fake's."""
+
+    def __init__(self, fake, conv):
+        self.fake = fake
+        self.shape = tuple(conv(s) for s in fake.shape)
+        self._stride = tuple(conv(s) for s in fake.stride())
+        self._offset = conv(fake.storage_offset())
+        self.dtype, self.device = fake.dtype, fake.device
+
+    def size(self, dim=None):
+        return self.shape if dim is None else self.shape[dim]
+
+    def stride(self, dim=None):
+        return self._stride if dim is None else self._stride[dim]
+
+    def storage_offset(self):
+        return self._offset
+
+    def dim(self):
+        return len(self.shape)
+
+    ndim = property(dim)
+
+    def numel(self):
+        return math.prod(self.shape, start=sympy.Integer(1))
+
+    def __getattr__(self, name):
+        return getattr(self.fake, name)
+
+
+def _map_values(v, f):
+    """``f`` applied to every leaf of a meta value (tuples and lists of outputs)."""
+    if isinstance(v, (tuple, list)):
+        return type(v)(_map_values(x, f) for x in v)
+    return f(v)
+
+
+def _fake_mode_of(gm):
+    """The FakeTensorMode of a symbolic graph (one whose placeholders' meta values have a
+    symbolic size or stride), else None."""
+    for n in gm.graph.nodes:
+        if n.op != "placeholder":
+            continue
+        v = n.meta.get("val")
+        if isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*v.shape, *v.stride())):
+            return v.fake_mode
+    return None
 
 
 _NATIVE = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)

@@ -51,6 +51,15 @@ def take(spare, name, size, stride, dtype):
     return t if t is not None else torch.empty_strided(size, stride, dtype=dtype)
 
 
+def take_sized(spare, name, size, stride, dtype):
+    """:func:`take` for a symbolic graph: the kept buffer is reused only when this call's sizes
+    are the ones it was allocated with."""
+    t = spare.pop(name, None)
+    if t is not None and t.size() == size and t.stride() == stride:
+        return t
+    return torch.empty_strided(size, stride, dtype=dtype)
+
+
 def _probe(spare, name, t):      # called like stash(): the same references to t
     return sys.getrefcount(t)
 

@@ -19,9 +19,13 @@ Rules for the stages that read sizes:
   the symbols in their ranges (False means "not proved", not "false");
   :meth:`~SizeVarAllocator.guard_equals` proves the relation or records it as a guard the compiled
   code's input check must test (the relation holds for the hints, else it raises);
-* a printer that still needs a number (the CPU kernels are specialised on static sizes) asks
+* a printer prints the expression (a symbolic size is a size argument of the kernel, bound by the
+  wrapper from its inputs); a stage that still needs a number asks
   :meth:`~SizeVarAllocator.evaluate_static_shape`, which raises :class:`SymbolicSizeError` on a
   symbol instead of silently taking the hint.
+
+Symbols come from the capture's torch ShapeEnv (:meth:`~SizeVarAllocator.from_torch`: the same
+sympy symbols, their hints and ranges; torch's size functions as sympy's).
 
 Guarantee: for integer expressions every answer is exactly what the integer arithmetic gives,
 so today's kernels are unchanged.  The module-level functions ask the allocator of the graph
@@ -34,8 +38,10 @@ import contextvars
 import math
 
 import sympy
+import torch
 
 __all__ = ["SizeVarAllocator", "SymbolicSizeError", "current", "use", "sympify", "size_hint", "size_hints",
+           "from_torch", "size_upper_bound",
            "is_static", "is_size_expr", "evaluate_static_shape", "statically_known_true",
            "statically_known_equals", "statically_known_leq", "statically_known_lt",
            "statically_known_multiple_of", "guard_equals", "contiguous_strides", "numel"]
@@ -69,6 +75,7 @@ class SizeVarAllocator:
         self.var_to_hint: dict[sympy.Symbol, int] = {}
         self.var_to_range: dict[sympy.Symbol, tuple] = {}
         self.guards: list = []
+        self.shape_env = None    # the capture's torch ShapeEnv, once a symbolic size came from it
 
     # -- symbols ---------------------------------------------------------------------------------
     def symbol(self, name: str, hint: int, lo: int = 2, hi=None) -> sympy.Symbol:
@@ -85,6 +92,32 @@ class SizeVarAllocator:
         self.var_to_range[s] = (lo, hi)
         return s
 
+    def from_torch(self, x) -> sympy.Expr:
+        """A size of a captured graph (an int, a ``torch.SymInt`` of the capture's ShapeEnv, or a
+        sympy expression of it) as an expression of this graph's symbols.  torch's size functions
+        become sympy's (``FloorDiv(a, b)`` -> ``floor(a / b)``, ``ModularIndexing(a, b, c)`` ->
+        ``Mod(floor(a / b), c)``, ``CleanDiv`` -> ``/``, ``Max``/``Min``, ``CeilDiv``); each of its
+        symbols becomes a symbol of this graph with the ShapeEnv's hint and range (a size with no
+        hint -- a data-dependent one -- raises SymbolicSizeError)."""
+        env = None
+        if isinstance(x, (torch.SymInt, torch.SymFloat, torch.SymBool)):
+            env = x.node.shape_env
+            x = env.replace(x.node.expr)
+            if self.shape_env is None:
+                self.shape_env = env
+        e = _from_torch_expr(sympify(x) if not isinstance(x, sympy.Basic) else x)
+        env = env or self.shape_env
+        for s in e.free_symbols - self.symbols:
+            hint = None if env is None else _backed_hint(env, s)
+            if hint is None:
+                raise SymbolicSizeError(f"size {e}: symbol {s} has no hint (a data-dependent size)")
+            vr = env.var_to_range.get(s)
+            lo = max(2, _finite(vr.lower) or 2) if vr is not None else 2
+            hi = _finite(vr.upper) if vr is not None else None
+            self.var_to_hint[s] = hint
+            self.var_to_range[s] = (lo, hi)
+        return e
+
     @property
     def symbols(self) -> frozenset:
         return frozenset(self.var_to_hint)
@@ -100,6 +133,24 @@ class SizeVarAllocator:
             raise SymbolicSizeError(f"size {e} has no hint (symbols without one: "
                                     f"{sorted(map(str, v.free_symbols))})")
         return int(v)
+
+    def size_upper_bound(self, e):
+        """The largest value of ``e`` over the symbols' ranges when every symbol of it has an upper
+        bound and ``e`` grows with each of them (a polynomial whose non-constant terms have
+        non-negative coefficients);
+        else None.  (For decisions that must hold for every size, e.g. how deep a cascaded sum
+        must be: the hint is not enough.)"""
+        e = sympify(e)
+        if e.is_Integer:
+            return int(e)
+        syms = sorted(e.free_symbols, key=str)
+        if not syms or not self.is_size_expr(e) or any(self.var_to_range.get(s, (2, None))[1] is None for s in syms):
+            return None
+        p = sympy.expand(e)
+        # monotone in every symbol: no negative coefficient except the constant term's
+        if not p.is_polynomial(*syms) or any(c < 0 for m, c in sympy.Poly(p, *syms).terms() if any(m)):
+            return None
+        return int(p.xreplace({s: sympy.Integer(self.var_to_range[s][1]) for s in syms}))
 
     def size_hints(self, es) -> tuple:
         return tuple(self.size_hint(e) for e in es)
@@ -130,21 +181,40 @@ class SizeVarAllocator:
 
     # -- proofs ------------------------------------------------------------------------------------
     def _nonnegative(self, e) -> bool:
-        """Is ``e >= 0`` for every value of the symbols in their ranges?  Each symbol ``s`` in
-        ``[lo, hi]`` is written ``lo + t`` (and ``hi - u``) with ``t, u >= 0``; sympy's sign
-        assumptions then decide polynomials with the right signs (sound, not complete)."""
+        """Is ``e >= 0`` for every value of the symbols in their ranges?  Each ``floor(p / q)``
+        and ``Mod(a, q)`` is first replaced by its lower bound plus a non-negative unknown (or
+        its upper bound minus one: :func:`_integer_parts`, both tried); then each symbol ``s`` in
+        ``[lo, hi]`` is written ``lo + t`` (and ``hi - u``) with ``t, u >= 0``, and sympy's sign
+        assumptions decide polynomials with the right signs (sound, not complete)."""
         e = sympy.expand(sympify(e))
         if e.is_Number:
             return bool(e >= 0)
         if not self.is_size_expr(e):
             return False
-        low = {s: self.var_to_range[s][0] + sympy.Symbol(f"_t_{s}", integer=True, nonnegative=True)
-               for s in e.free_symbols}
+        # an integer-valued e (integer coefficients) is >= 0 as soon as it is > -1
+        integral = all(t.as_coeff_Mul()[0].is_Integer for t in sympy.Add.make_args(e))
+        for side in ("lower", "upper"):
+            f = _integer_parts(e, side)
+            if f is None:
+                continue
+            if self._polynomial_nonnegative(f):
+                return True
+            den = sympy.ilcm(1, *(sympy.fraction(t.as_coeff_Mul()[0])[1] for t in sympy.Add.make_args(sympy.expand(f))))
+            if integral and self._polynomial_nonnegative(f + 1 - sympy.Rational(1, den)):
+                return True
+        return False
+
+    def _polynomial_nonnegative(self, e) -> bool:
+        e = sympy.expand(e)
+        if e.is_Number:
+            return bool(e >= 0)
+        syms = e.free_symbols & self.symbols
+        low = {s: self.var_to_range[s][0] + sympy.Symbol(f"_t_{s}", integer=True, nonnegative=True) for s in syms}
         if sympy.expand(e.xreplace(low)).is_nonnegative:
             return True
-        if all(self.var_to_range[s][1] is not None for s in e.free_symbols):
+        if all(self.var_to_range[s][1] is not None for s in syms):
             high = {s: self.var_to_range[s][1] - sympy.Symbol(f"_u_{s}", integer=True, nonnegative=True)
-                    for s in e.free_symbols}
+                    for s in syms}
             return bool(sympy.expand(e.xreplace(high)).is_nonnegative)
         return False
 
@@ -159,6 +229,10 @@ class SizeVarAllocator:
         a, b = sympify(a), sympify(b)
         if a.is_Integer and b.is_Integer:
             return bool(a <= b)
+        if b.is_Integer:       # a polynomial bounded by its symbols' upper bounds (an int32 index)
+            ub = self.size_upper_bound(a)
+            if ub is not None and ub <= int(b):
+                return True
         return self._nonnegative(sympify(b) - sympify(a))
 
     def statically_known_lt(self, a, b) -> bool:
@@ -218,8 +292,94 @@ class SizeVarAllocator:
         strides, acc = [], sympy.Integer(1)
         for s in reversed(size):
             strides.append(acc)
-            acc = acc * sympy.Max(sympify(s), 1)
+            s = sympify(s)
+            acc = acc * (s if not s.is_Integer and self.statically_known_leq(1, s) else sympy.Max(s, 1))
         return tuple(reversed(strides))
+
+
+def _integer_parts(e, side: str):
+    """``e`` with each ``floor(p / q)`` (integer ``q > 0``) written ``(p - q + 1)/q + t`` (``side=
+    "lower"``: floor(y) >= y - 1 + 1/q) or ``p/q - t`` ("upper"), and each ``Mod(a, q)`` written
+    ``t`` or ``q - 1 - t`` (integer q), ``t`` a fresh non-negative unknown: an expression that
+    equals ``e`` for some ``t >= 0``, so it is non-negative for every ``t >= 0`` only if ``e`` is.
+    None for nested or non-constant divisions."""
+    atoms = sorted(e.atoms(sympy.floor, sympy.Mod), key=str)
+    sub = {}
+    for k, a in enumerate(atoms):
+        if any(x.has(sympy.floor, sympy.Mod) for x in a.args):
+            return None
+        t = sympy.Symbol(f"_k{k}", integer=True, nonnegative=True)
+        if isinstance(a, sympy.floor):
+            num, den = sympy.fraction(sympy.together(a.args[0]))
+            if not den.is_Integer or den <= 0:
+                return None
+            sub[a] = (num - den + 1) / den + t if side == "lower" else num / den - t
+        else:
+            q = a.args[1]
+            if side == "lower":
+                sub[a] = t
+            elif q.is_Integer:
+                sub[a] = q - 1 - t
+            else:
+                return None
+    return e.xreplace(sub)
+
+
+def _finite(v):
+    """A ValueRanges end point as an int, None when infinite (torch's int_oo)."""
+    try:
+        return int(v)
+    except (TypeError, ValueError, AttributeError, OverflowError):
+        return None
+
+
+def _backed_hint(env, s):
+    vals = getattr(env, "backed_var_to_val", None)
+    v = (env.var_to_val if vals is None else vals).get(s)
+    return None if v is None or not sympy.sympify(v).is_Integer else int(v)
+
+
+def _from_torch_expr(e: sympy.Expr) -> sympy.Expr:
+    """``e`` with torch's sympy size functions (torch.utils._sympy.functions) as sympy's."""
+    from torch.utils._sympy import functions as F
+    if e.is_Atom:
+        return e
+    args = [_from_torch_expr(a) for a in e.args]
+    t = type(e)
+    if t is F.FloorDiv:
+        return sympy.floor(args[0] / args[1])
+    if t is F.CeilDiv:
+        return sympy.ceiling(args[0] / args[1])
+    if t is F.CleanDiv:
+        return args[0] / args[1]
+    if t is F.ModularIndexing:
+        return sympy.Mod(sympy.floor(args[0] / args[1]), args[2])
+    if t in (F.Mod, F.PythonMod):
+        return sympy.Mod(*args)
+    if t is F.Max:
+        return sympy.Max(*args)
+    if t is F.Min:
+        return sympy.Min(*args)
+    if t is F.Identity:
+        return args[0]
+    if t.__module__.startswith("torch."):
+        raise SymbolicSizeError(f"size function {t.__name__} of {e} has no Stax equivalent")
+    return e.func(*args)
+
+
+def to_torch_expr(e: sympy.Expr) -> sympy.Expr:
+    """The inverse of :func:`_from_torch_expr`: sympy's floor/ceiling of a quotient and Mod as
+    torch's FloorDiv, CeilDiv and Mod (what a ShapeEnv's SymNodes hold)."""
+    from torch.utils._sympy import functions as F
+    if e.is_Atom:
+        return e
+    args = [to_torch_expr(a) for a in e.args]
+    if isinstance(e, (sympy.floor, sympy.ceiling)):
+        num, den = sympy.fraction(sympy.together(args[0]))
+        return (F.FloorDiv if isinstance(e, sympy.floor) else F.CeilDiv)(num, den)
+    if isinstance(e, sympy.Mod):
+        return F.Mod(*args)
+    return e.func(*args)
 
 
 _STATIC = SizeVarAllocator()
@@ -254,9 +414,11 @@ def _ask_current(name):
 
 size_hint = _ask_current("size_hint")
 size_hints = _ask_current("size_hints")
+size_upper_bound = _ask_current("size_upper_bound")
 is_static = _ask_current("is_static")
 is_size_expr = _ask_current("is_size_expr")
 evaluate_static_shape = _ask_current("evaluate_static_shape")
+from_torch = _ask_current("from_torch")
 statically_known_true = _ask_current("statically_known_true")
 statically_known_equals = _ask_current("statically_known_equals")
 statically_known_leq = _ask_current("statically_known_leq")

@@ -39,7 +39,8 @@ class CppBackend(DeviceBackend):
         return ["async_compile.wait(globals())"]
 
     def kernel_call(self, name, params):
-        return f"{name}({', '.join(f'{p}.data_ptr()' for p in params)})"
+        # tensors by data pointer, size arguments (``is_out`` None) as ints
+        return f"{name}({', '.join(p if out is None else f'{p}.data_ptr()' for p, (_, out) in params.items())})"
 
     def fits_row_scratch(self, elements):
         from .choices import row_scratch_fits

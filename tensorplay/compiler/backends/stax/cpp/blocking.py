@@ -125,16 +125,19 @@ class Plan:
     tail); ``passes``: the product of the other reduced loops' sizes; ``m``: levels
     (:func:`levels`).  Names carry the phase ``p``."""
 
-    def __init__(self, p, specs, nacc, steps, terms, passes, m):
-        self.specs, self.nacc, self.m, self.multi, self.p = specs, nacc, m, passes > 1, p
+    def __init__(self, p, specs, nacc, steps, terms, passes, m, static=True):
+        # sizes are literals (constexpr) or, with ``static=False``, size arguments (const)
+        self.specs, self.nacc, self.m, self.p = specs, nacc, m, p
+        self.multi = passes > 1 if static else True    # (a symbolic size is at least 2)
+        self.const, self.if_const = ("constexpr", "if constexpr") if static else ("const", "if")
         self.per_pass, self.block = f"blk_pass_{p}", f"blk_steps_{p}"
         self.every, self.count = f"blk_every_{p}", f"blk_count_{p}"
-        self.decls = [f"constexpr int64_t {self.per_pass} = {steps};",
-                      f"constexpr idx_t {self.block} = idx_t({self.per_pass} >= {FAN_IN} ? {FAN_IN} : "
+        self.decls = [f"{self.const} int64_t {self.per_pass} = {steps};",
+                      f"{self.const} idx_t {self.block} = idx_t({self.per_pass} >= {FAN_IN} ? {FAN_IN} : "
                       f"{self.per_pass} + 1);   // steps per block within a pass"]
         if self.multi:
-            self.decls += [f"constexpr int64_t blk_terms_{p} = {terms};",
-                           f"constexpr int64_t {self.every} = ({self.per_pass} >= {FAN_IN} || blk_terms_{p} >= "
+            self.decls += [f"{self.const} int64_t blk_terms_{p} = {terms};",
+                           f"{self.const} int64_t {self.every} = ({self.per_pass} >= {FAN_IN} || blk_terms_{p} >= "
                            f"{FAN_IN}) ? 1 : {FAN_IN} / blk_terms_{p};   // passes per block",
                            f"int64_t {self.count} = 0;"]
         self.decls += [f"int64_t blk_n{j}_{p} = 0;" for j in range(2, m)]
@@ -159,7 +162,7 @@ class Plan:
 
     def block_end(self, ind="    "):
         """Inside a pass, after each block (only when a pass holds a whole block)."""
-        return [f"if constexpr ({self.per_pass} >= {FAN_IN}) {{"] + [ind + ln for ln in self._fold(1)] + ["}"]
+        return [f"{self.if_const} ({self.per_pass} >= {FAN_IN}) {{"] + [ind + ln for ln in self._fold(1)] + ["}"]
 
     def pass_end(self, ind="    "):
         """After each pass of the innermost loop (when there are several): a block ends every
@@ -189,7 +192,7 @@ class Plan:
         still knows where the single vectors and the tail after the loop start."""
         bstep = f"{self.block} * {step}"
         main = f"{var}_main"
-        return [f"constexpr idx_t {main} = ({size} / ({step})) * ({step});",
+        return [f"{self.const} idx_t {main} = ({size} / ({step})) * ({step});",
                 f"for (; {var} + {step} <= {size}; ) {{",
                 f"{ind}const idx_t {var}_end = ({main} - {var} > {bstep}) ? {var} + {bstep} : {main};",
                 f"{ind}for (; {var} < {var}_end; {var} += {step}) {{"]

@@ -153,7 +153,9 @@ def row_scratch_fits(elements) -> bool:
     stack only up to ``SCRATCH_MAX_BYTES`` (``stax.cpp.scratch_max_bytes``): the row must stay in
     cache.  Asked by the plan (cpp/plan.py refuses a longer one) and, through
     ``CppBackend.fits_row_scratch``, by the lowerings that would make one."""
-    return elements * 8 <= config.get("stax.cpp.scratch_max_bytes")
+    from ..sizevars import size_upper_bound
+    n = size_upper_bound(elements)      # a symbolic row: its longest (None: unbounded)
+    return n is not None and n * 8 <= config.get("stax.cpp.scratch_max_bytes")
 
 
 knob_views(__name__, KNOB_NAMES, {"STREAM_STORE_MIN_BYTES": lambda: stream_store_min_bytes()})

@@ -40,15 +40,18 @@ import torch
 
 from . import choices
 from ..ir import Unsupported
-from ..sizevars import evaluate_static_shape
 from ..kernel_plan import KernelPlan
+from ..sizevars import size_upper_bound
 from ..ops_handler import set_handler
 from . import blocking
 from .ops import CTYPE, STORAGE_CTYPE, CppHandler, _Val, cexpr, vec_type
 from .plan import plan_cpp
 from .reduce import acc_decl, acc_final, acc_final_columns, acc_update
 
-__all__ = ["generate_kernel", "KernelGen", "CTYPE"]
+__all__ = ["generate_kernel", "KernelGen", "CTYPE", "SIZE_CTYPE"]
+
+#: the C++ type of a kernel's size arguments (a parameter whose entry in ``params`` is ``(SIZE_CTYPE, None)``)
+SIZE_CTYPE = "int64_t"
 
 _SCHEDULE = " @schedule@"   # stands for the schedule clause of a parallel loop until _finish knows it
 
@@ -73,14 +76,16 @@ class KernelGen:
         self.plan, self.cpu, self.name = plan, plan.device, name
         self._tmp = 0
         self.dtypes = {b: f.dtype for b, f in plan.buffers.items()}
-        # the C++ kernels are specialised on static sizes: sizes print as literals (sizevars.py)
-        self.extents = {b: evaluate_static_shape(f.extent) for b, f in plan.buffers.items()}
+        # sizes: literals when static; symbolic ones are the kernel's size arguments (the graph's
+        # symbols, ``const int64_t s0``) and constants computed from them at its head (``ks0``)
+        self.size_consts = {}     # C++ constant (a sympy Symbol) -> the size expression it holds
+        self.extents = {b: f.extent for b, f in plan.buffers.items()}
         self.locals = plan.locals
         self.placements = {n.name: n.placement for n in plan.nodes.values()}
         self.index_t = CTYPE[plan.index_dtype]
         self.checked_loads = set(plan.checked_loads)   # buffers whose indirect loads check their offsets at run time
-        self.outer_loops = [(lp.var, evaluate_static_shape(lp.size)) for lp in plan.outer_loops]
-        self.inner_loops = [(lp.var, evaluate_static_shape(lp.size)) for lp in plan.inner_loops]
+        self.outer_loops = [(lp.var, self._size(lp.size)) for lp in plan.outer_loops]
+        self.inner_loops = [(lp.var, self._size(lp.size)) for lp in plan.inner_loops]
         self._merge_subs = dict(plan.substitution)
         self.vec_var = None       # the variable of the vector loop being printed (its lanes)
         self.row_values = {}      # local reduce/outer results: name -> C++ scalar variable
@@ -96,6 +101,29 @@ class KernelGen:
         self.plain_large_store = False   # the kernel stores to a buffer from_memory without streaming
         self.column = False       # column mode (plan.py): lanes = output columns
         self.col_u = 0            # column mode: which vector of the block's columns is generated
+
+    def _size(self, e):
+        """A loop size as the kernel prints it: an int, a size symbol, or a constant ``ksN``
+        holding a compound expression of them (declared at the kernel's head)."""
+        e = sympy.expand(sympy.sympify(e))
+        if e.is_Integer:
+            return int(e)
+        if e.is_Symbol:
+            return e
+        for c, v in self.size_consts.items():
+            if v == e:
+                return c
+        c = sympy.Symbol(f"ks{len(self.size_consts)}", integer=True, positive=True)
+        self.size_consts[c] = e
+        return c
+
+    def size_params(self, body: str) -> list:
+        """The graph's size symbols the kernel reads (in its loops, index expressions and size
+        constants), sorted by name: its size arguments."""
+        from ..sizevars import current
+        import re
+        used = set(re.findall(r"\b[a-z]\d+\b", body + " ".join(cexpr(e) for e in self.size_consts.values())))
+        return sorted((s for s in current().symbols if s.name in used), key=lambda s: (len(s.name), s.name))
 
     def nbytes(self, name):
         """Bytes of a buffer the kernel touches (0: a scratch array)."""
@@ -165,6 +193,10 @@ class KernelGen:
             arr = f"scratch_{name}"
             self.scratch[name] = arr
             cnt = math.prod(s for _, s in self.inner_loops)
+            if not isinstance(cnt, int):    # a symbolic row: sized for its longest (plan.py checked it fits)
+                cnt = size_upper_bound(math.prod((lp.size for lp in self.plan.inner_loops), start=1))
+                if cnt is None:
+                    raise Unsupported("a row scratch array of unbounded symbolic length")
             lines.append(ind * level + f"alignas(64) {STORAGE_CTYPE[self.dtypes[name]]} {arr}[{max(cnt, 1)}];")
         for p in range(nphase):
             lines += self._gen_phase(p, level)
@@ -182,9 +214,13 @@ class KernelGen:
         params = []
         for name, (ct, out) in self.params.items():
             params.append(f"{'' if out else 'const '}{ct}* __restrict__ {name}")
+        for sym in self.size_params("\n".join(lines)):
+            self.params[sym.name] = (SIZE_CTYPE, None)      # a size argument (sizevars.py)
+            params.append(f"const {SIZE_CTYPE} {sym.name}")
         head = [f'extern "C" void {self.name}({", ".join(params)}) {{',
                 f"    using idx_t = {self.index_t};   // every index proved to fit (bounds.py)",
                 "    constexpr idx_t VL = tp::Vec<float>::size;", "    (void)VL;"]
+        head += [f"    const idx_t {c} = {cexpr(e)};" for c, e in self.size_consts.items()]
         if self.streamed:
             lines = _fence_streams(lines) + ["    tp::stream_fence();   // streaming stores of " +
                                              ", ".join(sorted(self.streamed))]
@@ -340,7 +376,8 @@ class KernelGen:
         column = self.column
         steps = str(v) if column else f"{v} / ({nacc} * VL)"
         terms = str(v) if column else f"{v} / ({nacc} * VL) + ({v} % ({nacc} * VL)) / VL + ({v} % VL != 0)"
-        return blocking.Plan(p, specs, nacc, steps, terms, passes, c.levels)
+        return blocking.Plan(p, specs, nacc, steps, terms, passes, c.levels,
+                             static=all(isinstance(s, int) for s in sizes))
 
     # -- reductions (plan.nodes[...].reduction) -----------------------------------------------------------
     def acc_dtype(self, n):
@@ -559,7 +596,7 @@ class KernelGen:
         piece = max(1, choices.STREAM_PIECE_BYTES // dtype.itemsize)
         e = sympy.expand(expr)
         loops = self.outer_loops + self.inner_loops[:-1]
-        if loops and int(self.inner_loops[-1][1]) % piece:
+        if loops and (not isinstance(self.inner_loops[-1][1], int) or self.inner_loops[-1][1] % piece):
             return False   # rows end mid-piece: a plain tail per row
         for sym in e.free_symbols:
             if sym != self.vec_var and sympy.diff(e, sym) % piece != 0:

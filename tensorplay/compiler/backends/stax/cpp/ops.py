@@ -134,7 +134,7 @@ class CppHandler:
         if known:   # indices computed from loop variables (arange in embedding): a direct access
             expr = sympy.expand(expr.xreplace(known))
             ind = expr.atoms(IndirectIndex)
-        if any(int(a.args[1]) == 0 for a in ind):
+        if any(a.args[1] == 0 for a in ind):
             # an index into an empty dim: every active lane has reported an error; read nothing
             return self._emit(f"{vt}({literal(0, dtype)})", dtype)
         if ind and name in k.checked_loads:
@@ -223,7 +223,7 @@ class CppHandler:
         reads outside the buffer.  The indices were checked against their dims first, so with a
         correct lowering this check never fires; it makes a weak proof cost speed, not safety."""
         ops_ = sorted({self._ind_op.get(int(a.args[0]), "tp.index") for a in ind})
-        extent = int(self.k.extents[name])
+        extent = self.k.extents[name]
         msg = (f"IndexError: {'/'.join(ops_)}: element offset {{value}} is out of bounds for {name} of "
                f"{extent} elements (run-time check of an index Stax could not prove in range)")
         tag = self.indirect_indexing(self._lane_expr(expr), extent, False, msg)
@@ -394,14 +394,14 @@ class CppHandler:
         msg = (check or "IndexError: index {value} is out of bounds for size " + str(size))
         op = re.match(r"\w+: (tp\.\w+)", msg)
         fmt = msg.replace("%", "%%").replace("{value}", "%lld").replace("\\", "\\\\").replace('"', '\\"')
-        key = ("check", str(value), int(size), bool(wrap_negative), self._active(), self._nl(), fmt)
+        key = ("check", str(value), str(size), bool(wrap_negative), self._active(), self._nl(), fmt)
         if key not in self.cse:
             c = self.k.tmp()
             w = 1 if wrap_negative else 0
             if value.name in self._uniform and self._mask is None:   # every lane active, one value
-                self.lines.append(f"const auto {c} = tp_check_index1(int64_t({value}[0]), int64_t({int(size)}), {w});")
+                self.lines.append(f"const auto {c} = tp_check_index1(int64_t({value}[0]), int64_t({cexpr(size)}), {w});")
             else:
-                self.lines.append(f"const auto {c} = tp_check_index({value}, int64_t({int(size)}), {w}, "
+                self.lines.append(f"const auto {c} = tp_check_index({value}, int64_t({cexpr(size)}), {w}, "
                                   f"{self._active()}, {self._nl()});")
             self.lines.append(f'if ({c}.bad) tp_report_error(tp_index_text("{fmt}", {c}.value));')
             self.cse[key] = self._emit(f"{c}.idx", torch.int64)
@@ -420,7 +420,7 @@ class CppHandler:
         if not isinstance(e, sympy.Expr):
             return None
         k = self.k
-        ranges = {m: (0, int(n) - 1) for m, n in k.outer_loops + k.inner_loops}
+        ranges = {m: (0, n - 1) for m, n in k.outer_loops + k.inner_loops}
         if k.vec_var is not None and k.inner_loops and not k.column:
             # the unrolled copy rm0_u = rm0 + u*VL of the vector variable stays in rm0's range
             ranges.setdefault(k.vec_var, ranges[k.inner_loops[-1][0]])
@@ -428,7 +428,7 @@ class CppHandler:
             iv = bound(e, ranges)
         except Unsupported:
             return None
-        return e if iv.within(0, int(size) - 1) else None
+        return e if iv.within(0, size - 1) else None
 
     def index_expr(self, expr, dtype):
         e = self.k.translate(expr)

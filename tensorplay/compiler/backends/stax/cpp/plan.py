@@ -27,7 +27,7 @@ import torch
 from .... import config
 from . import choices
 from ..ir import Unsupported
-from ..sizevars import size_hint
+from ..sizevars import is_static, size_hint, size_upper_bound
 from . import blocking
 
 __all__ = ["CppPlan", "Cascade", "plan_cpp", "n_accumulators"]
@@ -109,7 +109,7 @@ def plan_cpp(plan) -> CppPlan:
     # a purely elementwise kernel with no outer loop: parallelise its (vector) loop
     parallel_inner = (not plan.outer_loops and not plan.has_reduction and bool(plan.inner_loops)
                       and inner_work >= choices.PARALLEL_MIN_WORK)
-    if plan.scratch and not choices.row_scratch_fits(inner_work):
+    if plan.scratch and not choices.row_scratch_fits(math.prod((lp.size for lp in plan.inner_loops), start=1)):
         raise Unsupported("row too long for an in-cache scratch buffer")
     accs, cascades = {}, {}
     for ph in plan.phases:
@@ -141,7 +141,10 @@ def _cascade(plan, phase, nacc, column):
     reds = [plan.nodes[r].reduction for r in phase.reductions]
     leaders = tuple(name for name, r in zip(phase.reductions, reds) if r.leader == name
                     and blocking.blockable(r.kind, r.acc_dtype, r.src_dtype))
-    sizes = [size_hint(lp.size) for lp in plan.inner_loops]
+    # a symbolic length: the levels its largest value needs (the cascade bounds the error for
+    # every size, Prop. 10.1), 2**31 terms when its range has no upper bound
+    sizes = [size_hint(lp.size) if is_static(lp.size) else (size_upper_bound(lp.size) or 2 ** 31)
+             for lp in plan.inner_loops]
     if not leaders or not sizes or 0 in sizes or not config.get("stax.cpp.cascade"):
         return None
     v, passes = sizes[-1], math.prod(sizes[:-1])

@@ -76,14 +76,20 @@ class _Segment:
         self.index = index
         self.entry = entry or f"stax_entry{index}"   # the C name of the entry
         self.slots: dict[str, int] = {}   # Python variable -> index in the pointer array
+        self.sizes: set = set()           # ... of those, the size arguments (ints, not tensors)
         self.calls: list[str] = []        # C++ lines of the entry body
 
     def add_kernel(self, kname, params):
-        """Append a call of kernel ``kname``; its parameters get slots in the pointer array."""
+        """Append a call of kernel ``kname``; its parameters get slots in the pointer array (a
+        size argument travels as a pointer-sized integer)."""
         args = []
         for name, (ct, is_out) in params.items():
             slot = self.slots.setdefault(name, len(self.slots))
-            args.append(f"static_cast<{'' if is_out else 'const '}{ct}*>(p[{slot}])")
+            if is_out is None:
+                self.sizes.add(name)
+                args.append(f"static_cast<{ct}>(reinterpret_cast<intptr_t>(p[{slot}]))")
+            else:
+                args.append(f"static_cast<{'' if is_out else 'const '}{ct}*>(p[{slot}])")
         self.calls.append(f"    {kname}({', '.join(args)});")
 
     def cpp(self) -> str:
@@ -91,7 +97,7 @@ class _Segment:
                           *self.calls, "}"])
 
     def py_call(self) -> str:
-        ptrs = "".join(f", {v}.data_ptr()" for v in self.slots)
+        ptrs = "".join(f", {v}" if v in self.sizes else f", {v}.data_ptr()" for v in self.slots)
         return f"    _call(_entry{self.index}{ptrs})"
 
 

@@ -27,7 +27,7 @@ from ..ir import Pointwise, TensorBox, Unsupported
 from ..ops_handler import ops
 from ..sizevars import evaluate_static_shape
 from .extern_rules import _extern
-from .pointwise_rules import _conv, _realize, broadcast_loader
+from .pointwise_rules import _conv, _realize, broadcast_loader, size_constant
 from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_reduction, reduction
 from .registry import V, _node, _out_val, register_lowering
 from .view_rules import _and, _box, _checked, _icmp, _ix
@@ -613,7 +613,7 @@ def _rms_norm(x, normalized_shape, weight=None, eps=None):
     wl = broadcast_loader(weight, x.get_size()) if isinstance(weight, TensorBox) else None
 
     def f(i):
-        r = ops.rsqrt(ops.add(ops.truediv(sl(i), ops.constant(float(cnt), x.dtype)), ops.constant(e, x.dtype)))
+        r = ops.rsqrt(ops.add(ops.truediv(sl(i), size_constant(cnt, x.dtype)), ops.constant(e, x.dtype)))
         y = ops.mul(xl(i), r)
         return ops.mul(y, wl(i)) if wl is not None else y
     return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), f))
@@ -636,7 +636,7 @@ def _loss_reduce(box, reduction, dtype):
     size = box.get_size()
     n = math.prod(size) if reduction == "mean" else (size[0] if size else 1)
     sl = _realize(s).make_loader()
-    return TensorBox(Pointwise(dtype, box.device, (), lambda i: ops.truediv(sl([]), ops.constant(float(n), dtype))))
+    return TensorBox(Pointwise(dtype, box.device, (), lambda i: ops.truediv(sl([]), size_constant(n, dtype))))
 
 
 def _elementwise_loss(x, t, reduction, fn, weight=None):

@@ -39,10 +39,31 @@ def broadcast_loader(box: TensorBox, shape):
     return load
 
 
+def size_constant(n, dtype):
+    """The number ``n`` (an int or a size expression: a row length, an element count) as an
+    ``ops`` value of ``dtype``: a literal when static, else computed in the kernel from its size
+    arguments (an int64 index expression converted, as ``float(n)`` rounds)."""
+    e = sympy.sympify(n)
+    if e.is_Number:
+        return ops.constant(float(e) if dtype.is_floating_point else int(e), dtype)
+    return ops.to_dtype(ops.index_expr(e, torch.int64), dtype)
+
+
+def nonneg_size(e):
+    """``max(e, 0)`` for a size expression: ``e`` itself when it is proved non-negative for every
+    size (a symbolic one), else Unsupported."""
+    from ..sizevars import statically_known_leq
+    e = sympy.sympify(e)
+    if e.is_Integer:
+        return max(int(e), 0)
+    if statically_known_leq(0, e):
+        return e
+    raise Unsupported(f"cannot prove the size {e} non-negative")
+
+
 def _meta_of(a):
     if isinstance(a, TensorBox):
-        return torch.empty((), dtype=a.dtype, device="meta") if not a.get_size() else \
-            torch.empty(a.get_size(), dtype=a.dtype, device="meta")
+        return torch.empty([1] * len(a.get_size()), dtype=a.dtype, device="meta")   # (promotion reads dtype, rank)
     return a
 
 

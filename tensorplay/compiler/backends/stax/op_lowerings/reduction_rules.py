@@ -15,7 +15,7 @@ import torch
 
 from ..ir import Pointwise, Reduction, TensorBox, Unsupported
 from ..ops_handler import ops
-from .pointwise_rules import _conv, _realize, broadcast_loader
+from .pointwise_rules import _conv, _realize, broadcast_loader, nonneg_size, size_constant
 from .registry import _node, _out_val, register_lowering
 
 
@@ -196,7 +196,7 @@ def _any(x, dim=None, keepdim=False):
 def _div_by(box, n, dtype):
     loader = box.make_loader()
     return TensorBox(Pointwise(dtype, box.device, box.get_size(),
-                               lambda i: ops.truediv(loader(i), ops.constant(float(n), dtype))))
+                               lambda i: ops.truediv(loader(i), size_constant(n, dtype))))
 
 
 @register_lowering("mean")
@@ -226,13 +226,13 @@ def _var_parts(x, dim, correction, keepdim_out, dtype, acc=None):
     n = math.prod(x.get_size()[d] for d in dims)
     acc = acc or WELFORD_ACC.get(dtype, dtype)
     w = make_multi_reduction(x, dims, keepdim_out, "welford", {"mean": acc, "m2": acc}, acc_dtype=acc)
-    denom = max(n - correction, 0)
+    denom = nonneg_size(n - correction)
     m2l, ml = w["m2"].make_loader(), w["mean"].make_loader()
     size = w["m2"].get_size()
 
     def out(v):
         return v if acc == dtype else ops.to_dtype(v, dtype)
-    var = TensorBox(Pointwise(dtype, x.device, size, lambda i: out(ops.truediv(m2l(i), ops.constant(float(denom), acc)))))
+    var = TensorBox(Pointwise(dtype, x.device, size, lambda i: out(ops.truediv(m2l(i), size_constant(denom, acc)))))
     if n == 0:   # eager: the mean of nothing is NaN
         mean = TensorBox(Pointwise(dtype, x.device, size, lambda i: ops.constant(math.nan, dtype)))
     else:
@@ -254,9 +254,9 @@ def _var_parts_two_pass(x, dim, correction, keepdim_out, dtype):
     dev = TensorBox(Pointwise(dtype, x.device, x.get_size(),
                               lambda i: (lambda d: ops.mul(d, d))(ops.sub(xl(i), ml(i)))))
     ss = _realize(make_reduction(dev, dims, keepdim_out, "sum", dtype))
-    denom = max(n - correction, 0)
+    denom = nonneg_size(n - correction)
     var = TensorBox(Pointwise(dtype, x.device, ss.get_size(),
-                              (lambda L: lambda i: ops.truediv(L(i), ops.constant(float(denom), dtype)))(ss.make_loader())))
+                              (lambda L: lambda i: ops.truediv(L(i), size_constant(denom, dtype)))(ss.make_loader())))
     return var, mean_k
 
 

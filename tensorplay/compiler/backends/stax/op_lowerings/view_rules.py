@@ -21,24 +21,23 @@ import torch
 from .....ops.registry import OPS
 from ..ir import Buffer, FixedLayout, Pointwise, Reduction, ReinterpretView, TensorBox, Unsupported
 from ..ops_handler import ops
+from ..sizevars import statically_known_equals
 from .pointwise_rules import _conv, _realize, broadcast_loader
 from .registry import LOWERINGS, V, _node, _out_val, register_lowering
 
 
 # ---- views --------------------------------------------------------------------------------------------
-def view_of_buffer(graph, box: TensorBox, view_fn) -> TensorBox:
-    """A view of a realized value: apply ``view_fn`` to a meta tensor laid out like the buffer
-    and read back (size, stride, offset).  Raises Unsupported if the result is not a view."""
+def view_of_buffer(graph, box: TensorBox, view_fn, *args) -> TensorBox:
+    """A view of a realized value: apply ``view_fn(t, *args)`` to a meta (or, for symbolic sizes,
+    fake) tensor ``t`` laid out like the buffer and read back (size, stride, offset)
+    (GraphLowering.run_on_fakes).  Raises Unsupported if the result is not a view."""
     data = graph.realize(box)
     layout = data.layout
     base = data.data if isinstance(data, ReinterpretView) else data
-    meta = torch.empty_strided((layout.storage_extent() or 1,), (1,), dtype=layout.dtype, device="meta")
-    m = meta.as_strided(layout.size, layout.stride, layout.offset)
-    out = view_fn(m)
-    if not out._is_view():
+    size, stride, offset, is_view = graph.run_on_fakes(view_fn, layout, *args)
+    if not is_view:
         raise Unsupported("view op copies for this layout")
-    return TensorBox(ReinterpretView(base, FixedLayout(layout.dtype, layout.device, tuple(out.shape),
-                                                        tuple(out.stride()), out.storage_offset())))
+    return TensorBox(ReinterpretView(base, FixedLayout(layout.dtype, layout.device, size, stride, offset)))
 
 
 def _view_rule(reindex_builder=None):
@@ -50,12 +49,12 @@ def _view_rule(reindex_builder=None):
         op = node.opdef
         out = node.meta.get("val")
         if isinstance(x.data, (Buffer, ReinterpretView)) or reindex_builder is None:
-            def vf(m):
-                return op.eager(m, *rest)
+            def vf(m, *r):
+                return op.eager(m, *r)
             if isinstance(out, (tuple, list)):
-                return _multi_view(x, vf)
+                return _multi_view(x, vf, *rest)
             try:
-                return view_of_buffer(V.graph, x, vf)
+                return view_of_buffer(V.graph, x, vf, *rest)
             except Unsupported:
                 if "may_copy" not in op.tags:
                     raise
@@ -63,22 +62,19 @@ def _view_rule(reindex_builder=None):
                 # eager's reshape does), then view that
                 ld = x.make_loader()
                 copy = TensorBox(Pointwise(x.dtype, x.device, x.get_size(), ld))
-                return view_of_buffer(V.graph, copy, vf)
+                return view_of_buffer(V.graph, copy, vf, *rest)
         reindex = reindex_builder(x.get_size(), tuple(out.shape), *rest)
         loader = x.make_loader()
         return TensorBox(Pointwise(x.dtype, x.device, tuple(out.shape), lambda idx: loader(reindex(idx))))
     return rule
 
 
-def _multi_view(x, vf):
+def _multi_view(x, vf, *args):
     data = V.graph.realize(x)
     layout = data.layout
     base = data.data if isinstance(data, ReinterpretView) else data
-    meta = torch.empty_strided((layout.storage_extent() or 1,), (1,), dtype=layout.dtype, device="meta")
-    m = meta.as_strided(layout.size, layout.stride, layout.offset)
-    return tuple(TensorBox(ReinterpretView(base, FixedLayout(layout.dtype, layout.device, tuple(o.shape),
-                                                             tuple(o.stride()), o.storage_offset())))
-                 for o in vf(m))
+    return tuple(TensorBox(ReinterpretView(base, FixedLayout(layout.dtype, layout.device, size, stride, offset)))
+                 for size, stride, offset, _ in V.graph.run_on_fakes(vf, layout, *args))
 
 
 def _perm_reindex(in_size, out_size, dims):
@@ -226,7 +222,8 @@ def _ix(e):
 
 def _icmp(e, op, k):
     """The bool value ``e <op> k`` (e: an index expression, k: an int) — a mask bounds.py reads."""
-    return getattr(ops, op)(_ix(e), ops.constant(int(k), torch.int64))
+    k = sympy.sympify(k)
+    return getattr(ops, op)(_ix(e), ops.constant(int(k), torch.int64) if k.is_Integer else _ix(k))
 
 
 def _and(a, b):
@@ -253,7 +250,8 @@ def _pieces(i, parts, total):
     parts being its ``other`` (a vector inside one range runs one body and no select)."""
     v = None
     for s, n, body in reversed(parts):
-        cond = _and(_icmp(i, "ge", s) if s > 0 else None, _icmp(i, "lt", s + n) if s + n < total else None)
+        cond = _and(_icmp(i, "ge", s) if not statically_known_equals(s, 0) else None,
+                    _icmp(i, "lt", s + n) if not statically_known_equals(s + n, total) else None)
         v = _region(cond, body) if v is None else ops.masked(cond, body, v)
     return v
 

@@ -1267,7 +1267,9 @@ class DynamicProgramGenerator(ProgramGenerator):
             start = r.randint(0, low[d])
             if r.random() < 0.5:
                 return f"{nm}.narrow({d}, {start}, {self._size(nm, d)} - {start})", []
-            return f"{nm}.narrow({d}, {start}, {r.randint(0, low[d] - start)})", []
+            # a literal length short of the dim at every instance (the whole dim at one instance, torch
+            # specialises the size to the literal)
+            return f"{nm}.narrow({d}, {start}, {r.randint(0, max(0, low[d] - start - 1))})", []
         if kind == "unflatten":
             if rank < 1:
                 raise _Reject("rank")

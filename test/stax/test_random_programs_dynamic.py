@@ -31,11 +31,11 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import random_programs as rp  # noqa: E402
 
-from tensorplay.compiler.backends import stax as stax_backend  # noqa: E402
+from tensorplay.compiler.backends.stax import stax_backend  # noqa: E402
 
 CI_SEED = 20240617
-EAGER_PROGRAMS = 40      # ~1 s each on 2 cores
-STAX_PROGRAMS = 2        # ~25 s each with a cold kernel cache: every size compiles its own kernels today
+EAGER_PROGRAMS = 60      # ~1-2 s each on 2 cores
+STAX_PROGRAMS = 2        # ~20 s each with a cold kernel cache: every size compiles its own kernels today
 # Stax kernels become shape-polymorphic (one artifact for all sizes): then the count check applies
 STAX_SYMBOLIC = getattr(stax_backend, "dynamic_shapes", False)
 
@@ -46,12 +46,17 @@ KNOWN_BUGS = [
      "front-end bug: an input stride that is not an expression of the sizes (a strided slice, e.g. "
      "tp.randn(30, 20)[::3], stride(0) == 3*size(1)) gets its own stride symbol, which the generated "
      "shape guard reads but never defines (specialize/shape_guards.py): every later call raises NameError"),
+    (r"'NoneType' object has no attribute 'device'",
+     "bug under dynamic=True with a backend handed the specialised graph (stax): after an in-place op on an "
+     "intermediate ((a1 * 2.0).mul_(a0)), a node of the graph has no meta['val'] (Stax: 'node has no meta "
+     "value', then AttributeError in _layout_of_meta); static compilation of the same program works"),
 ]
 
 # recompile reasons that a size-generic program may legitimately have: a shape guard recorded while
-# capturing (torch's meta functions branch on sizes, e.g. a slice start against its stop), or a size
-# that is 0/1 at one instance and not at another
-LEGIT_REASON = re.compile(r"shape guard:|0 and 1 are specialised")
+# capturing (torch's meta functions branch on sizes, e.g. a slice start against its stop, or
+# specialise a size that equals a literal: narrow(d, 0, 2) of a dim of size 2), or a size that is 0/1
+# at one instance and not at another
+LEGIT_REASON = re.compile(r"shape guard:|0 and 1 are specialised|specialised by a guard")
 
 
 def _skip_known(res):
@@ -79,7 +84,15 @@ def test_dynamic_random_program_eager(seed):
     _check(seed, "eager", count=True)
 
 
-@pytest.mark.parametrize("seed", range(CI_SEED, CI_SEED + STAX_PROGRAMS))
+def _stax_seeds(n):
+    """The first ``n`` seeds from CI_SEED without a strided input (while the first known bug stands,
+    those are skipped by the eager test, which names it; Stax's few programs must run) and of at most
+    20 nodes (every size compiles its kernels)."""
+    progs = map(rp.generate_dynamic, range(CI_SEED, CI_SEED + 50 * n))
+    return [p.seed for p in progs if len(p.nodes) <= 20 and not any(i.layout == "strided" for i in p.inputs)][:n]
+
+
+@pytest.mark.parametrize("seed", _stax_seeds(STAX_PROGRAMS))
 def test_dynamic_random_program_stax(seed):
     res = _check(seed, "stax", count=STAX_SYMBOLIC)
     if not STAX_SYMBOLIC:      # specialised per size: one artifact per distinct size (the sample twice)

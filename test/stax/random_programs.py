@@ -96,6 +96,11 @@ backends built on it (``reordered_sum_backend``, ``perturb_reductions_backend``,
 (prints the program, the verdict, and with ``--minimize`` the smallest failing sub-program)::
 
     python test/stax/random_programs.py --seed 123 [--backend stax] [--count 50] [--minimize]
+
+**Size-generic programs** (:func:`generate_dynamic`, :class:`DynamicProgramGenerator`): the same
+generator, with every size a view op needs written from an operand's sizes and the inputs
+instantiable at 5 universe sizes (``prog.at(k)``); :func:`check_dynamic` compiles with
+``dynamic=True`` and calls the one compiled function at every size (``--dynamic`` on the command line).
 """
 from __future__ import annotations
 
@@ -111,7 +116,7 @@ import torch.nn.functional as F
 
 import tensorplay as tp
 
-__all__ = ["Program", "InputSpec", "Node", "generate", "make_inputs", "build_function", "error_model",
+__all__ = ["Program", "InputSpec", "Node", "generate", "generate_dynamic", "check_dynamic", "make_inputs", "build_function", "error_model",
            "check_program", "check_model", "compare", "CheckResult", "coverage", "minimize", "prune",
            "interpreter_backend", "perturb_reductions_backend", "reordered_sum_backend", "swap_backend",
            "nan_to_zero_backend", "stale_backend", "U", "C1", "C2"]
@@ -156,6 +161,7 @@ class InputSpec:
     dist: str              # normal | pos | grid | offset | wide | int | bool
     dist_args: tuple
     specials: int          # how many special values to plant in the storage (float inputs)
+    shapes: tuple = ()     # a size-generic program (generate(dynamic=True)): the shape at each instance
 
     def describe(self) -> str:
         dt = str(self.dtype).replace("torch.", "")
@@ -174,6 +180,7 @@ class Node:
     params: dict
     dtype: torch.dtype     # dtype in the float32 program
     shape: tuple
+    shapes: tuple = ()     # a size-generic program: the shape at each instance
 
 
 @dataclasses.dataclass
@@ -182,10 +189,13 @@ class Program:
     inputs: list
     nodes: list
     outputs: list
+    universes: tuple = ()  # a size-generic program: the universe shape of each instance (0 = the sample)
 
     @property
     def source(self) -> str:
         lines = [f"# random program, seed={self.seed}"]
+        if self.universes:
+            lines.append(f"#   size-generic; universe sizes of the instances: {[list(u) for u in self.universes]}")
         lines += [f"#   {s.describe()}" for s in self.inputs]
         lines.append(f"def f({', '.join(s.name for s in self.inputs)}):")
         for n in self.nodes:
@@ -195,6 +205,22 @@ class Program:
 
     def ops(self) -> list:
         return [n.params.get("op", n.rule) for n in self.nodes]
+
+    @property
+    def instances(self) -> int:
+        """How many size instances the program has (1: a program with the sample's sizes only)."""
+        return max(len(self.universes), 1)
+
+    def at(self, k: int) -> "Program":
+        """Instance ``k`` of a size-generic program: the same source, inputs (and the recorded node
+        shapes) at the universe sizes of instance ``k``; ``make_inputs(prog.at(k))`` are its inputs."""
+        if not self.universes:
+            if k:
+                raise IndexError(f"program {self.seed} has one size instance")
+            return self
+        ins = [dataclasses.replace(s, shape=s.shapes[k]) for s in self.inputs]
+        nodes = [dataclasses.replace(n, shape=n.shapes[k]) for n in self.nodes]
+        return dataclasses.replace(self, inputs=ins, nodes=nodes)
 
 
 def build_function(prog: Program, float_dtype=torch.float32, namespace=tp):
@@ -444,45 +470,50 @@ class ProgramGenerator:
             while math.prod(shape) > self.max_numel // 4:
                 i = max(range(len(shape)), key=lambda j: shape[j])
                 shape = shape[:i] + (max(1, shape[i] // 4),) + shape[i + 1:]
-            dtype = r.choices([torch.float32, torch.float64, torch.int32, torch.int64, torch.bool],
-                              weights=[75, 7, 7, 4, 7])[0]
-            layouts = ["contiguous", "offset"]
-            if rank >= 2:
-                layouts += ["permuted", "permuted"]
-            if rank >= 1:
-                layouts += ["strided", "strided"]
-            if any(s > 1 for s in shape):
-                layouts += ["expanded"]
-            layout = r.choice(layouts)
-            la = ()
-            if layout == "permuted":
-                perm = list(range(rank))
-                while perm == sorted(perm):
-                    r.shuffle(perm)
-                la = (tuple(perm),)
-            elif layout == "strided":
-                la = (r.randrange(rank), r.choice([2, 3]), r.choice([0, 1]))
-            elif layout == "expanded":
-                cand = [i for i, s in enumerate(shape) if s > 1]
-                la = (tuple(sorted(r.sample(cand, r.randint(1, len(cand))))),)
-            elif layout == "offset":
-                la = (r.randint(1, 5),)
-            dist, da = ("bool", ()) if dtype == torch.bool else ("int", ())
-            if dtype.is_floating_point:
-                dist = r.choices(["normal", "pos", "grid", "offset", "wide"], weights=[10, 2, 2, 2, 2])[0]
-                if dist == "offset":
-                    da = (r.choice([10.0, -100.0, 1000.0, 100.0, -1000.0]), r.choice([1.0, 0.01, 0.1]))
-                else:
-                    da = ()
-            specials = r.randint(1, 3) if (has_specials and dtype.is_floating_point and r.random() < 0.7) else 0
-            spec = InputSpec(f"a{k}", shape, dtype, layout, la, dist, da, specials)
+            spec = self._input_spec(k, shape, has_specials)
             self.inputs.append(spec)
             lo, hi = _input_interval(spec)
             self.vals.append(_Val(spec.name, _meta_input(spec), lo, hi, is_input=True))
 
+    def _input_spec(self, k, shape, has_specials, shapes=()):
+        """Input ``a{k}`` of ``shape``: its dtype, layout and value distribution."""
+        r, rank = self.rng, len(shape)
+        dtype = r.choices([torch.float32, torch.float64, torch.int32, torch.int64, torch.bool],
+                          weights=[75, 7, 7, 4, 7])[0]
+        layouts = ["contiguous", "offset"]
+        if rank >= 2:
+            layouts += ["permuted", "permuted"]
+        if rank >= 1:
+            layouts += ["strided", "strided"]
+        if any(s > 1 for s in shape):
+            layouts += ["expanded"]
+        layout = r.choice(layouts)
+        la = ()
+        if layout == "permuted":
+            perm = list(range(rank))
+            while perm == sorted(perm):
+                r.shuffle(perm)
+            la = (tuple(perm),)
+        elif layout == "strided":
+            la = (r.randrange(rank), r.choice([2, 3]), r.choice([0, 1]))
+        elif layout == "expanded":
+            cand = [i for i, s in enumerate(shape) if s > 1]
+            la = (tuple(sorted(r.sample(cand, r.randint(1, len(cand))))),)
+        elif layout == "offset":
+            la = (r.randint(1, 5),)
+        dist, da = ("bool", ()) if dtype == torch.bool else ("int", ())
+        if dtype.is_floating_point:
+            dist = r.choices(["normal", "pos", "grid", "offset", "wide"], weights=[10, 2, 2, 2, 2])[0]
+            if dist == "offset":
+                da = (r.choice([10.0, -100.0, 1000.0, 100.0, -1000.0]), r.choice([1.0, 0.01, 0.1]))
+            else:
+                da = ()
+        specials = r.randint(1, 3) if (has_specials and dtype.is_floating_point and r.random() < 0.7) else 0
+        return InputSpec(f"a{k}", shape, dtype, layout, la, dist, da, specials, shapes)
+
     # -- emission --------------------------------------------------------------------------------------
-    def _emit(self, expr, args, rule, lo, hi, **params):
-        env = {a.name: a.meta for a in args if isinstance(a, _Val)}
+    def _evaluate(self, expr, env):
+        """``expr`` on the meta tensors ``env``; rejected when torch refuses it or it is too large."""
         try:
             with warnings.catch_warnings():
                 warnings.simplefilter("ignore")
@@ -491,6 +522,14 @@ class ProgramGenerator:
             raise _Reject(expr) from None
         if not isinstance(meta, torch.Tensor) or meta.numel() > self.max_numel:
             raise _Reject(expr)
+        return meta
+
+    def _candidate(self, expr, args):
+        """The meta tensor of a candidate node (raises _Reject when it is not valid)."""
+        return self._evaluate(expr, {a.name: a.meta for a in args if isinstance(a, _Val)})
+
+    def _emit(self, expr, args, rule, lo, hi, **params):
+        meta = self._candidate(expr, args)
         if meta.dtype == torch.bool:
             lo, hi = 0.0, 1.0
         if not (lo == lo and hi == hi) or max(abs(lo), abs(hi)) > LIMIT:
@@ -821,7 +860,9 @@ class ProgramGenerator:
             dims[r.randrange(k)] = -1
         return tuple(dims)
 
-    def _index_parts(self, shape):
+    def _index_parts(self, shape, generic=False):
+        """``generic``: bounds valid at every size >= ``shape`` that select the same kind of slice
+        there (no bound past the end)."""
         r = self.rng
         parts = []
         if r.random() < 0.15 and shape:
@@ -844,8 +885,9 @@ class ProgramGenerator:
                     start = r.choice([None, i0, i0 - s]) if i0 == 0 else r.choice([i0, i0 - s])
                     stop = r.choice([None, s]) if i1 == s else r.choice([i1, i1 - s])
                 else:                                # anything, empty or out of range included
-                    start = r.choice([None, 0, 1, 2, -1, -2, s - 1, s + 1])
-                    stop = r.choice([None, s, 1, 3, -1, -2])
+                    start = r.choice([None, 0, 1, 2, -1, -2, s - 1, s + 1] if not generic else
+                                     [None, 0, 1, -1, 1 - s])
+                    stop = r.choice([None, s, 1, 3, -1, -2] if not generic else [None, s, 1, -1, 1 - s])
                 parts.append(("" if start is None else str(start)) + ":" + ("" if stop is None else str(stop))
                              + ("" if step is None else f":{step}"))
             elif s > 0:
@@ -864,9 +906,18 @@ class ProgramGenerator:
                           "squeeze", "getitem", "select", "narrow", "flatten", "unflatten", "movedim", "flip",
                           "contiguous", "clone"],
                          weights=[3, 2, 1, 3, 2, 2, 1, 2, 2, 5, 2, 1, 1, 1, 1, 1, 1, 1])[0]
-        nm = x.name
         if kind == "view" and x.unstable:
             kind = "reshape"
+        expr, reads = self._view_expr(x, kind)
+        v = self._emit(expr, [x] + reads, "view", x.lo, x.hi, op=kind)
+        v.unstable = kind == "flip" or (x.unstable and kind != "contiguous")
+        return v
+
+    def _view_expr(self, x, kind):
+        """The expression of view op ``kind`` on ``x`` and the other values whose sizes it reads."""
+        r = self.rng
+        shape, rank = x.shape, x.meta.dim()
+        nm = x.name
         if kind == "permute":
             if rank < 2:
                 raise _Reject("rank")
@@ -944,9 +995,7 @@ class ProgramGenerator:
             expr = f"tp.flip({nm}, {tuple(sorted(r.sample(range(rank), r.randint(1, rank))))!r})"
         else:
             expr = f"{nm}.{kind}()"
-        v = self._emit(expr, [x], "view", x.lo, x.hi, op=kind)
-        v.unstable = kind == "flip" or (x.unstable and kind != "contiguous")
-        return v
+        return expr, []
 
     # -- driver ----------------------------------------------------------------------------------------
     FAMILIES = {"unary": 28, "binary": 28, "reduction": 12, "view": 20, "where": 4, "compare": 2, "clamp": 3,
@@ -1043,6 +1092,206 @@ def _broadcasts_into(small, big):
 def generate(seed: int, min_ops: int = 5, max_ops: int = 40) -> Program:
     """The random program of ``seed`` (deterministic)."""
     return ProgramGenerator(seed, min_ops, max_ops).generate()
+
+
+# ---------------------------------------------------------------------------------------------------
+# size-generic programs (dynamic=True): one program, several universe sizes
+# ---------------------------------------------------------------------------------------------------
+class DynamicProgramGenerator(ProgramGenerator):
+    """Programs valid at several sizes: every size a view op needs is written from an operand's sizes
+    (``v3.reshape(v3.shape[0] * v3.shape[1], -1)``, ``a1.expand(3, a0.shape[1], -1)``,
+    ``v2.narrow(1, 1, v2.shape[1] - 1)``), never as the sample's number.  The universe shape has
+    ``instances`` size draws (instance 0 is the sample); a universe dim is either *fixed* (0 or 1 at
+    every instance: 0 and 1 are specialised by design, the chapter §10.2 — a broadcast dim stays 1)
+    or *dynamic* (a new size >= 2 at every instance, sometimes all multiples of 2 or 4, so that
+    splits ``(s // 2, 2)`` stay valid).  Every candidate op is evaluated at every instance and kept
+    only when it is valid there, stays within the size budget, and every dim of its result is 0 at
+    all instances, 1 at all, or >= 2 at all (no instance turns a symbolic size into a specialised
+    0/1 one, which would legitimately need another compilation).  Intervals use the largest
+    reduction length over the instances."""
+
+    def __init__(self, seed: int, min_ops: int = 5, max_ops: int = 40, instances: int = 5):
+        super().__init__(seed, min_ops, max_ops)
+        self.instances = instances
+        self.metas: dict = {}          # value name -> its meta tensor at each instance
+        self.universes: list = []
+
+    # -- inputs: the universe at each instance -----------------------------------------------------------
+    def _universe(self, big):
+        r, n = self.rng, self.instances
+        kinds = ["dyn" if r.random() > 0.12 else "one" for _ in range(3)] + ["dyn"]
+        if r.random() < 0.05:
+            kinds[r.randrange(4)] = "zero"
+        if big:
+            kinds[r.randrange(2, 4)] = "big"
+        cols = []
+        for kind in kinds:
+            if kind in ("one", "zero"):
+                cols.append([int(kind == "one")] * n)
+                continue
+            q = r.choice([1, 1, 1, 2, 4])
+            lo, top = (100, 1100) if kind == "big" else (2, 24)
+            cols.append([q * m for m in r.sample(range(-(-lo // q), top // q + 1), n)])
+        return [tuple(c[k] for c in cols) for k in range(n)]
+
+    def _make_inputs(self):
+        r = self.rng
+        big = r.random() < 0.1
+        self.max_numel = MAX_NUMEL_BIG if big else MAX_NUMEL
+        for _ in range(100):      # the sample's dynamic sizes differ from each other: a relation the
+            unis = self._universe(big)   # program makes between two dims cannot hold by accident
+            dyn = [s for s, t in zip(unis[0], unis[1]) if s != t]
+            if len(set(dyn)) == len(dyn):
+                break
+        self.universes = unis
+        n_in = r.choice([1, 1, 2, 2, 2, 3, 3, 4])
+        has_specials = r.random() < 0.25
+        for k in range(n_in):
+            for _ in range(10):   # the first input has a dynamic size
+                rank = r.choices([0, 1, 2, 3, 4], weights=[1, 3, 4, 3, 2])[0]
+                dims = [d if r.random() >= 0.2 else None for d in range(4 - rank, 4)]  # None: broadcast dim 1
+                if k or any(d is not None and unis[0][d] != unis[1][d] for d in dims):
+                    break
+
+            def shapes_of(dims):
+                return [tuple(1 if d is None else u[d] for d in dims) for u in unis]
+            while max(math.prod(s) for s in shapes_of(dims)) > self.max_numel // 4:
+                i = max(range(rank), key=lambda j: max(s[j] for s in shapes_of(dims)))
+                dims[i] = None
+            shapes = tuple(shapes_of(dims))
+            spec = self._input_spec(k, shapes[0], has_specials, shapes)
+            self.inputs.append(spec)
+            lo, hi = _input_interval(spec)
+            self.vals.append(_Val(spec.name, _meta_input(spec), lo, hi, is_input=True))
+            self.metas[spec.name] = [_meta_input(dataclasses.replace(spec, shape=s)) for s in shapes]
+
+    # -- emission: valid at every instance ---------------------------------------------------------------
+    def _candidate(self, expr, args):
+        metas = [self._evaluate(expr, {a.name: a.meta if k == 0 else self.metas[a.name][k]
+                                       for a in args if isinstance(a, _Val)}) for k in range(self.instances)]
+        shapes = [tuple(m.shape) for m in metas]
+        if any(len(sh) != len(shapes[0]) for sh in shapes):
+            raise _Reject(expr)
+        for col in zip(*shapes):
+            if not (all(c == 0 for c in col) or all(c == 1 for c in col) or all(c >= 2 for c in col)):
+                raise _Reject(f"{expr}: a size is 0/1 at some instances only")
+        self._pending = metas
+        return metas[0]
+
+    def _emit(self, expr, args, rule, lo, hi, **params):
+        v = super()._emit(expr, args, rule, lo, hi, **params)
+        self.metas[v.name] = self._pending
+        self.nodes[-1].shapes = tuple(tuple(m.shape) for m in self._pending)
+        return v
+
+    def _red_count(self, x, dims):
+        """The longest reduction over the instances (for the intervals)."""
+        return max(ProgramGenerator._red_count(m, dims) for m in self.metas[x.name])
+
+    def _min_shape(self, x):
+        return tuple(min(c) for c in zip(*[m.shape for m in self.metas[x.name]])) if x.shape else ()
+
+    # -- size-generic view arguments -----------------------------------------------------------------------
+    def _size(self, nm, d):
+        return f"{nm}.shape[{d}]" if self.rng.random() < 0.6 else f"{nm}.size({d})"
+
+    def _reshape_dyn(self, x):
+        r, nm, shape = self.rng, x.name, x.shape
+        rank = len(shape)
+        c = r.random()
+        if c < 0.2 or rank == 0:
+            return ["-1"] if r.random() < 0.5 or rank == 0 else [" * ".join(self._size(nm, d) for d in range(rank))]
+        sizes = [self._size(nm, d) for d in range(rank)]
+        if c < 0.45 and rank >= 2:
+            i = r.randrange(rank - 1)
+            return sizes[:i] + [f"{sizes[i]} * {sizes[i + 1]}"] + sizes[i + 2:]
+        if c < 0.7:
+            i = r.randrange(rank)
+            g = math.gcd(*[m.shape[i] for m in self.metas[nm]])
+            divs = [d for d in range(2, g) if g % d == 0]     # divides the size at every instance
+            if divs:
+                d = r.choice(divs)
+                parts = [f"{sizes[i]} // {d}", str(d)] if r.random() < 0.5 else [str(d), "-1"]
+                return sizes[:i] + parts + sizes[i + 1:]
+            return sizes[:i] + ["1"] + sizes[i:]
+        # contiguous groups of dims, each written as the product of its sizes; one may be -1; 1s inserted
+        cuts = sorted(r.sample(range(1, rank), r.randint(0, rank - 1))) if rank > 1 else []
+        groups = [" * ".join(sizes[a:b]) for a, b in zip([0] + cuts, cuts + [rank])]
+        if r.random() < 0.3:
+            groups[r.randrange(len(groups))] = "-1"
+        for _ in range(r.choice([0, 0, 1, 2])):
+            groups.insert(r.randint(0, len(groups)), "1")
+        return groups
+
+    def _view_expr(self, x, kind):
+        r, nm = self.rng, x.name
+        shape, rank = x.shape, x.meta.dim()
+        low = self._min_shape(x)
+        if kind in ("reshape", "view"):
+            target = self._reshape_dyn(x)
+            if r.random() < 0.5:
+                return f"{nm}.{kind}({', '.join(target)})", []
+            return f"{nm}.{kind}(({', '.join(target)}{',' if len(target) == 1 else ''}))", []
+        if kind in ("expand", "broadcast_to"):
+            ws = [v for v in self.vals if len(v.shape) >= rank and not v.dead and v is not x]
+            w = r.choice(ws) if ws and r.random() < 0.7 else None
+            out, reads = [], []
+            off = len(w.shape) - rank if w is not None else 0
+            for i, s in enumerate(shape):
+                if s == 1 and w is not None and w.shape[off + i] != 1:
+                    out.append(self._size(w.name, off + i))
+                    reads = [w]
+                elif s == 1 and r.random() < 0.3:
+                    out.append(str(r.choice([2, 3, 4])))
+                else:
+                    out.append("-1" if kind == "expand" and r.random() < 0.5 else self._size(nm, i))
+            if w is not None and off and r.random() < 0.5:
+                out = [self._size(w.name, j) for j in range(off)] + out
+                reads = [w]
+            elif r.random() < 0.4 or all(o == "-1" or o.startswith(nm + ".") for o in out):
+                out = [str(r.choice([2, 3]))] + out
+            if kind == "expand":
+                return f"{nm}.expand({', '.join(out)})", reads
+            return f"tp.broadcast_to({nm}, ({', '.join(out)}{',' if len(out) == 1 else ''}))", reads
+        if kind == "getitem":
+            return f"{nm}[{', '.join(self._index_parts(low, generic=True))}]", []
+        if kind == "select":
+            if rank < 1 or 0 in low:
+                raise _Reject("select")
+            d = r.randrange(rank)
+            return f"{nm}.select({d}, {r.randrange(-low[d], low[d])})", []
+        if kind == "narrow":
+            if rank < 1:
+                raise _Reject("narrow")
+            d = r.randrange(rank)
+            start = r.randint(0, low[d])
+            if r.random() < 0.5:
+                return f"{nm}.narrow({d}, {start}, {self._size(nm, d)} - {start})", []
+            # a literal length short of the dim at every instance (the whole dim at one instance, torch
+            # specialises the size to the literal)
+            return f"{nm}.narrow({d}, {start}, {r.randint(0, max(0, low[d] - start - 1))})", []
+        if kind == "unflatten":
+            if rank < 1:
+                raise _Reject("rank")
+            d = r.randrange(rank)
+            g = math.gcd(*[m.shape[d] for m in self.metas[nm]])
+            divs = [k for k in range(1, g + 1) if g % k == 0]
+            if not divs:
+                raise _Reject("unflatten")
+            k = r.choice(divs)
+            second = "-1" if r.random() < 0.4 else f"{self._size(nm, d)} // {k}"
+            return f"{nm}.unflatten({d}, ({k}, {second}))", []
+        return super()._view_expr(x, kind)
+
+    def generate(self) -> Program:
+        prog = super().generate()
+        return dataclasses.replace(prog, universes=tuple(self.universes))
+
+
+def generate_dynamic(seed: int, min_ops: int = 5, max_ops: int = 40, instances: int = 5) -> Program:
+    """The size-generic random program of ``seed`` (deterministic): ``prog.at(k)`` is its instance ``k``
+    (``k = 0``: the sample), ``make_inputs(prog.at(k))`` its inputs there."""
+    return DynamicProgramGenerator(seed, min_ops, max_ops, instances).generate()
 
 
 # ---------------------------------------------------------------------------------------------------
@@ -1215,7 +1464,7 @@ def _node_error(node: Node, vals, errs, out):
         return torch.where(ec > 0, unc, chosen)
     if rule in ("softmax", "log_softmax"):
         (x,), (ex,) = vals, errs
-        n = p["n"]
+        n = x.shape[p["dim"]] if x.dim() else 1     # of the operand at hand (a size-generic program)
         if out.numel() == 0:
             return torch.zeros(out.shape, dtype=torch.float64)
         d = p["dim"] if x.dim() else None
@@ -1234,8 +1483,9 @@ def _node_error(node: Node, vals, errs, out):
         undecided = red(torch.isinf(ex).to(torch.float64)) > 0
         return torch.where(undecided, torch.inf, e)
     # reductions
-    dims, keep, n = p["dims"], p["keepdim"], p["n"]
+    dims, keep = p["dims"], p["keepdim"]
     (x,), (ex,) = vals, errs
+    n = ProgramGenerator._red_count(x, dims)     # of the operand at hand (a size-generic program)
     a = _fin(x)
     if rule == "sum":
         g = 2.0 * math.sqrt(n) * u if n > 1 else 0.0
@@ -1339,6 +1589,9 @@ class CheckResult:
     unconstrained: int = 0    # output elements the model could not decide (E = inf)
     source: str = ""
     backend: str = ""
+    captures: int = 0         # check_dynamic: specializations the calls made ...
+    recompile_reasons: list = dataclasses.field(default_factory=list)   # ... and why each after the first
+    explain: str = ""         # check_dynamic: the compiled function's explain() when it made more than one
 
     @property
     def ok(self):
@@ -1350,8 +1603,10 @@ class CheckResult:
         what = "ERROR MODEL (tester) too tight" if model else f"{len(issues)} problem(s)"
         return (f"random program seed={self.seed} backend={self.backend!r}: {what}\n"
                 + "".join(f"  - {m}\n" for m in issues)
-                + f"re-run (add --minimize to shrink it): python test/stax/random_programs.py --seed {self.seed} "
-                  f"--backend {self.backend}\n{self.source}")
+                + (f"re-run: python test/stax/random_programs.py --dynamic --seed {self.seed} "
+                   if "size-generic" in self.source else
+                   f"re-run (add --minimize to shrink it): python test/stax/random_programs.py --seed {self.seed} ")
+                + f"--backend {self.backend}\n{self.source}")
 
 
 def _to_torch(out):
@@ -1480,6 +1735,33 @@ def _report(prog, backend, what, detail):
     return f"{what}: {detail}"
 
 
+def _judge(res, prog, bname, name, outs, refs, device, c1, c2):
+    """Compare the outputs ``outs`` of call ``name`` with its references ``(eager, ref, E)``."""
+    eager, ref, E = refs
+    if len(outs) != len(eager):
+        res.failures.append(_report(prog, bname, name, f"{len(outs)} outputs, eager has {len(eager)}"))
+        return
+    for k, (o, e, r, b) in enumerate(zip(outs, eager, ref, E)):
+        if isinstance(o, torch.Tensor) and o.device.type != torch.device(device).type:
+            res.failures.append(_report(prog, bname, f"{name} output {k} ({prog.outputs[k]})",
+                                        f"on {o.device}, the inputs are on {device}"))
+            continue
+        msg, n_chk, n_free = compare(_cpu(o), e, r, b, c1=c1, c2=c2)
+        res.checked += n_chk
+        res.unconstrained += n_free
+        if msg:
+            res.failures.append(_report(prog, bname, f"{name} output {k} ({prog.outputs[k]})", msg))
+
+
+def _check_untouched(res, prog, bname, tps, snap, which):
+    """Compiled calls must not modify their inputs (``snap``: copies taken before the calls)."""
+    for k, (t, s) in enumerate(zip(tps, snap)):
+        if not torch.equal(t._data, s) and not (t._data.is_floating_point() and
+                                                torch.equal(t._data.nan_to_num(1.5), s.nan_to_num(1.5))):
+            res.failures.append(_report(prog, bname, "compiled call modified an input",
+                                        f"input {prog.inputs[k].name} of {which}"))
+
+
 def check_program(prog_or_seed, backend="stax", *, strict_native=True, c1=C1, c2=C2, model=True,
                   device="cpu") -> CheckResult:
     """Differential check of one program: compiled (3 calls) vs float64 reference under the error model.
@@ -1527,27 +1809,11 @@ def check_program(prog_or_seed, backend="stax", *, strict_native=True, c1=C1, c2
                                         f"{type(exc).__name__}: {str(exc)[:1500]}\n"
                                         f"  (at {where.filename}:{where.lineno})"))
             return res
-        for name, outs, (eager, ref, E) in calls:
-            if len(outs) != len(eager):
-                res.failures.append(_report(prog, bname, name, f"{len(outs)} outputs, eager has {len(eager)}"))
-                continue
-            for k, (o, e, r, b) in enumerate(zip(outs, eager, ref, E)):
-                if isinstance(o, torch.Tensor) and o.device.type != torch.device(device).type:
-                    res.failures.append(_report(prog, bname, f"{name} output {k} ({prog.outputs[k]})",
-                                                f"on {o.device}, the inputs are on {device}"))
-                    continue
-                msg, n_chk, n_free = compare(_cpu(o), e, r, b, c1=c1, c2=c2)
-                res.checked += n_chk
-                res.unconstrained += n_free
-                if msg:
-                    res.failures.append(_report(prog, bname, f"{name} output {k} ({prog.outputs[k]})", msg))
+        for name, outs, refs_k in calls:
+            _judge(res, prog, bname, name, outs, refs_k, device, c1, c2)
         # side effects: inputs untouched; outputs of call 2 not overwritten by call 3
         for which, (tps, snap) in enumerate(((tpA, snapA), (tpB, snapB))):
-            for k, (t, s) in enumerate(zip(tps, snap)):
-                if not torch.equal(t._data, s) and not (t._data.is_floating_point() and
-                                                        torch.equal(t._data.nan_to_num(1.5), s.nan_to_num(1.5))):
-                    res.failures.append(_report(prog, bname, "compiled call modified an input",
-                                                f"input {prog.inputs[k].name} of set {which}"))
+            _check_untouched(res, prog, bname, tps, snap, f"set {which}")
         for k, (o, kept) in enumerate(zip(out2, keep2)):
             now = o._data if isinstance(o, tp.Tensor) else o
             if isinstance(now, torch.Tensor) and now.numel() and not torch.equal(
@@ -1561,6 +1827,60 @@ def check_program(prog_or_seed, backend="stax", *, strict_native=True, c1=C1, c2
             res.failures.append(_report(prog, bname, "call 3 recaptured",
                                         f"inputs with identical shapes/strides/dtypes missed the cache: "
                                         f"{getattr(cf, 'recompile_reasons', '?')}"))
+    return res
+
+
+def check_dynamic(prog_or_seed, backend="eager", *, strict_native=True, c1=C1, c2=C2, model=True,
+                  device="cpu") -> CheckResult:
+    """Differential check of a size-generic program (:func:`generate_dynamic`) under
+    ``tp.compile(f, dynamic=True)``: one compiled function is called at every instance in turn (call 1,
+    at the sample, is the capture run), then at the sample again with new values; every result is
+    judged against that instance's references as in :func:`check_program`.  ``res.captures`` is the
+    number of specializations the calls made, ``res.recompile_reasons`` why each after the first was
+    made (``res.explain``: the compiled function's ``explain()`` then)."""
+    prog = prog_or_seed if isinstance(prog_or_seed, Program) else generate_dynamic(prog_or_seed)
+    bname = backend if isinstance(backend, str) else getattr(backend, "__name__", "custom")
+    res = CheckResult(prog.seed, [], [], source=prog.source, backend=bname)
+    f32, f64 = build_function(prog, tp.float32), build_function(prog, tp.float64)
+    plan = [(k, 0) for k in range(prog.instances)] + [(0, 1)]
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        refs = []
+        for k, which in plan:
+            try:
+                refs.append(_references(prog.at(k), f32, f64, which, device))
+            except Exception as exc:   # valid torch at every instance (checked at generation)
+                res.failures.append(_report(prog, bname, f"eager (uncompiled) TensorPlay raised at instance {k}",
+                                            "".join(traceback.format_exception_only(type(exc), exc)).strip()))
+                return res
+        if model:
+            for (k, which), (eager, ref, E) in zip(plan, refs):
+                for j, (e, r, b) in enumerate(zip(eager, ref, E)):
+                    m = _model_message(e, r, b)
+                    if m:
+                        res.model_violations.append(f"instance {k}, input set {which}, output {j}: {m}")
+        cf = tp.compile(f32, backend=backend, strict_native=strict_native, dynamic=True,
+                        recompile_limit=len(plan) + 1)
+        for i, ((k, which), refs_k) in enumerate(zip(plan, refs)):
+            ins = make_inputs(prog.at(k), which, device=device)
+            tps = [tp.from_torch(t) for t in ins]
+            snap = [t.clone() for t in ins]
+            sizes = [list(t.shape) for t in ins]
+            name = f"call {i + 1} (instance {k}, input set {which}, sizes {sizes}{', capture' if not i else ''})"
+            try:
+                outs = _to_torch(_flatten_outs(cf(*tps)))
+            except Exception as exc:
+                where = traceback.extract_tb(exc.__traceback__)[-1]
+                res.failures.append(_report(prog, bname, f"{name}: the tp.compile'd function raised",
+                                            f"{type(exc).__name__}: {str(exc)[:1500]}\n"
+                                            f"  (at {where.filename}:{where.lineno})"))
+                break
+            _judge(res, prog, bname, name, outs, refs_k, device, c1, c2)
+            _check_untouched(res, prog, bname, tps, snap, name)
+        res.captures = cf.counters["captures"]
+        res.recompile_reasons = [list(r) for r in cf.recompile_reasons]
+        if res.captures > 1:
+            res.explain = cf.explain()
     return res
 
 
@@ -1757,7 +2077,7 @@ def prune(prog: Program, outputs) -> Program:
             need.update(a for a in n.args if isinstance(a, str))
     keep.reverse()
     ins = [s for s in prog.inputs if s.name in need]
-    return Program(prog.seed, ins, keep, list(outputs))
+    return Program(prog.seed, ins, keep, list(outputs), prog.universes)
 
 
 def minimize(prog: Program, backend="stax", fails=None, device="cpu") -> Program:
@@ -1822,30 +2142,34 @@ def _main(argv=None):
     ap.add_argument("--device", default="cpu", help="where the inputs live (cuda for a GPU backend)")
     ap.add_argument("--quiet", action="store_true")
     ap.add_argument("--minimize", action="store_true", help="print the smallest failing sub-program")
+    ap.add_argument("--dynamic", action="store_true",
+                    help="size-generic programs under tp.compile(dynamic=True), called at 5 sizes (check_dynamic)")
     a = ap.parse_args(argv)
+    gen, check = (generate_dynamic, check_dynamic) if a.dynamic else (generate, check_program)
     bad = 0
     for s in range(a.seed, a.seed + a.count):
-        prog = generate(s)
+        prog = gen(s)
         if a.count == 1 and not a.quiet:
             print(prog.source)
-        r = check_program(prog, a.backend, device=a.device)
+        r = check(prog, a.backend, device=a.device)
         if r.failures:
             print(r.report())
         if r.model_violations:
             print(r.report(model=True))
         bad += bool(r.failures or r.model_violations)
-        if a.minimize and r.failures:
+        if a.minimize and r.failures and not a.dynamic:
             small = minimize(prog, a.backend, device=a.device)
             print(f"minimised (seed {s}, {len(small.nodes)} of {len(prog.nodes)} nodes):\n{small.source}")
             for m in check_program(small, a.backend, model=False, device=a.device).failures:
                 print("  -", m)
-        if a.count == 1:
+        if a.count == 1 or a.dynamic:
             print(f"seed {s}: {'OK' if r.ok and not r.model_violations else 'FAIL'}; "
-                  f"{r.checked} elements checked, {r.unconstrained} undecided by the model")
+                  f"{r.checked} elements checked, {r.unconstrained} undecided by the model"
+                  + (f"; {r.captures} specialization(s)" if a.dynamic else "")
+                  + "".join(f"\n  recompiled: {'; '.join(rs)}" for rs in r.recompile_reasons))
     if a.count > 1:
         print(f"{a.count - bad}/{a.count} programs OK")
     return 1 if bad else 0
-
 
 if __name__ == "__main__":
     sys.exit(_main())

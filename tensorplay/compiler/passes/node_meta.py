@@ -36,6 +36,16 @@ def _meta_args(args):
     return map_arg(args, conv)
 
 
+def _tensors(args):
+    out = []
+    for a in args if isinstance(args, (list, tuple)) else (args,):
+        if isinstance(a, torch.Tensor):
+            out.append(a)
+        elif isinstance(a, (list, tuple)):
+            out += _tensors(a)
+    return out
+
+
 class _NoMeta(Exception):
     pass
 
@@ -46,7 +56,16 @@ def set_meta(node: Node, op=None):
     if op is None:
         return
     try:
-        out = op.run_meta(*_meta_args(node.args))
+        args = _meta_args(node.args)
+        mode = next((v.fake_mode for v in _tensors(args) if getattr(v, "fake_mode", None) is not None), None)
+        if mode is None:
+            out = op.run_meta(*args)
+        else:   # a symbolic graph (dynamic=True): the op on its inputs' fakes, in their ShapeEnv
+            from torch._dispatch.python import enable_python_dispatcher
+
+            from ..capture.symbolic import _on_meta
+            with mode, enable_python_dispatcher():
+                out = op.run_meta(*_on_meta(args))
     except Exception:
         return
     if isinstance(out, torch.Tensor):

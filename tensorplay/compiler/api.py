@@ -539,6 +539,7 @@ class CompiledFunction:
         gm = lowered.graph_module
         example = lowered.example_inputs
         sym = lowered.capture.symbolic
+        backend_call = self.backend
         if sym is not None and not getattr(self.backend, "dynamic_shapes", True):
             unbacked = sym.unbacked_in(gm)
             if unbacked:     # static kernels cannot take a size known only when the program runs
@@ -549,10 +550,19 @@ class CompiledFunction:
                 _warn_user(msg + "; running the captured graph op by op instead")
                 from .backends.eager import eager_backend
                 return eager_backend(gm, example)
-            from .capture.symbolic import specialize_graph
-            gm = specialize_graph(gm, sym)     # a backend with static kernels: guarded to the sample's sizes
+            tops = {}
+            if self.options["dynamic.buckets"]:
+                from .specialize.padding import padded_dims
+                tops = padded_dims(gm, sym, lowered)
+            if tops:         # run at the bucket's top: inputs padded, outputs sliced (specialize/padding.py)
+                from .specialize.padding import compile_padded
+                backend, sym_gm = self.backend, gm
+                backend_call = lambda g, ex, **kw: compile_padded(backend, sym_gm, ex, sym, tops, **kw)  # noqa: E731
+            else:
+                from .capture.symbolic import specialize_graph
+                gm = specialize_graph(gm, sym)     # a backend with static kernels: guarded to the sample's sizes
         try:
-            return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
+            return backend_call(gm, example, options=self.options, strict_native=self.strict_native)
         except Exception as e:
             if self.strict_native:
                 raise BackendCompilerError(f"tp.compile({self.name}): backend {self.backend_name!r} failed with "
@@ -701,6 +711,8 @@ def _check_marks_kept(sym, name):
     branch that pins its value) is an error, as in PyTorch: the mark promised one artifact for
     many sizes."""
     for i, who, d in sym.marked:
+        if (i, d) in sym.static_why:       # a sample size of 0 or 1: specialised by §10.2's rule
+            continue
         fake = next(f for j, _, f in sym.inputs if j == i)
         e = sym.expr(fake.shape[d])
         if e.is_Integer:

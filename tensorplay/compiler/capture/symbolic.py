@@ -129,6 +129,7 @@ class SymbolicShapes:
         self.static_why: dict[tuple, str] = {}     # (input index, dim) -> why that dim is no symbol
         self.marked: list = []                     # (input index, name, dim) marked by tp.mark_dynamic
         self.unbacked_values: dict[sympy.Symbol, int] = {}   # unbacked symbol -> its capture-run value
+        self.pinned_by_backend: set = set()   # symbols specialize_graph set to their sample value
 
     def hints_of(self, x):
         """:func:`hints_of` with the data-dependent sizes' capture-run values."""
@@ -325,28 +326,36 @@ class SymbolicShapes:
         return out
 
 
-def specialize_graph(gm, symbolic):
+def specialize_graph(gm, symbolic, values=None):
     """A static copy of a symbolic graph, for a backend that needs static sizes (Stax's kernels
     take no size arguments yet).  Every size and stride of every input is guarded to its sample
     value (the guards enter the key: the artifact is valid for exactly those sizes), size
-    arguments become ints and metadata concrete meta tensors — the graph a static capture gives."""
+    arguments become ints and metadata concrete meta tensors — the graph a static capture gives.
+    ``values`` (``{symbol: int}``): symbols set to these values *without* a guard — the bucket
+    padding of specialize/padding.py, whose artifact runs at the bucket's top size."""
     from ..graph import GraphModule
+    values = {s: sympy.Integer(v) for s, v in (values or {}).items()}
+    symbolic.pinned_by_backend = {s for s in symbolic.sources if not symbolic.expr(s).is_Integer} - set(values)
+    for _, _, fake in symbolic.inputs:
+        # int() of each size and stride records the guard that it equals the sample's
+        for x in list(fake.shape) + list(fake.stride()):
+            if isinstance(x, torch.SymInt) and not (symbolic.expr(x).free_symbols & set(values)):
+                int(x)
+    vals = {s: sympy.Integer(symbolic.hint(s)) for s, src in symbolic.sources.items() if src.index is not None}
+    vals.update(values)
     g, _ = gm.graph.copy()
-    vals = {s: sympy.Integer(symbolic.hint(s)) for s in symbolic.sources}
+
+    def num(x):
+        e = symbolic.expr(x) if isinstance(x, torch.SymInt) else sympy.sympify(x)
+        v = e.xreplace(vals)
+        return int(v) if v.is_Integer else x
 
     def arg(x):
-        if isinstance(x, torch.SymInt):
-            return int(x)
-        if _is_size_expr(x):
-            v = sympy.sympify(x).xreplace(vals)
-            return int(v) if v.is_Integer else x
-        return x
+        return num(x) if isinstance(x, torch.SymInt) or _is_size_expr(x) else x
 
     def concrete(v):
-        # int() of each size and stride records the guard that it equals the sample's: the
-        # placeholders come first, so every input size and stride is guarded
         if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
-            return torch.empty_strided([int(s) for s in v.shape], [int(s) for s in v.stride()], dtype=v.dtype,
+            return torch.empty_strided([num(s) for s in v.shape], [num(s) for s in v.stride()], dtype=v.dtype,
                                        device="meta")
         return v
     for n in g.nodes:

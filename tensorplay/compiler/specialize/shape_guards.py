@@ -53,8 +53,12 @@ def shape_entries(symbolic) -> list:
             e = symbolic.expr(s)
             ref = f"L[{i}]._data.shape[{d}]"
             if e.is_Integer:
-                why = ("specialised by a guard: the program needed its value, e.g. range() or int() of it"
-                       if isinstance(s, torch.SymInt) else symbolic.static_why.get((i, d), "0 and 1 are specialised"))
+                if isinstance(s, torch.SymInt) and s.node.expr in symbolic.pinned_by_backend:
+                    why = "specialised for the backend: its kernels take static sizes"
+                elif isinstance(s, torch.SymInt):
+                    why = "specialised by a guard: the program needed its value, e.g. range() or int() of it"
+                else:
+                    why = symbolic.static_why.get((i, d), "0 and 1 are specialised")
                 out.append(KeyEntry(subject, f"size[{d}] ({why})", ref, int(e)))
             elif isinstance(e, sympy.Symbol) and sources.get(e) is not None and sources[e].index == i \
                     and sources[e].dim == d:

@@ -236,7 +236,7 @@ def _masked(x, w):
     return (y * 2).sum() + (x.masked_select(x < 0).exp().sum()), y.shape[0]
 
 
-@pytest.mark.parametrize("program", ["index_sum", "masked_select", "unique", "matmul"])
+@pytest.mark.parametrize("program", ["index_sum", "masked_select", "unique", "matmul", "size_only"])
 def test_downstream_of_an_unbacked_size_compiles_once_and_equals_eager(program):
     def index_sum(x):
         y = x[x > 0]
@@ -252,6 +252,8 @@ def test_downstream_of_an_unbacked_size_compiles_once_and_equals_eager(program):
     def matmul(x):
         r = x[x.sum(-1) > 0]                  # rows with a positive sum: (u0, 4)
         return (r @ tp.ones(4, 3)).sum(0)
+    def size_only(x):                         # only the count is used: DCE keeps the op that makes it
+        return x * x[x > 0].shape[0]
     f = locals()[program]
     backend = Counting()
     cf = tp.compile(f, dynamic=True, backend=backend)

@@ -198,3 +198,18 @@ def test_a_data_dependent_size_is_an_unbacked_symbol():
         assert torch.allclose(cf(y)._data, f(y)._data)
     assert len(backend.graphs) == 1
     assert "u0 = index.shape[0]" in backend.graphs[0].code
+
+
+def test_length_sweep_with_buckets_at_most_ten_artifacts():
+    """§13.4's sweep with ``dynamic.buckets`` (Prop. 10.3): lengths uniform in 1..512 fall into the
+    10 buckets {1}, {2}, (2, 4], ..., (256, 512] — at most 10 artifacts, each result eager's."""
+    rng = random.Random(1)
+    lengths = [rng.randint(1, 512) for _ in range(1000)]
+    f = lambda x, w: (x @ w).relu().sum(0)     # noqa: E731
+    w = tp.randn(16, 4)
+    backend = Counting()
+    cf = tp.compile(f, dynamic=True, backend=backend, recompile_limit=16, options={"dynamic.buckets": True})
+    for n in lengths:
+        x = tp.randn(n, 16)
+        assert torch.allclose(cf(x, w)._data, f(x, w)._data, atol=1e-4)
+    assert len(backend.graphs) <= 10

@@ -162,6 +162,11 @@ class SymbolicShapes:
             if isinstance(e, sympy.Symbol) and e not in self.sources:
                 self.sources[e] = SymbolSource(placeholder, index, d, name)
                 self._declare_range(e, t.shape[d], name, d, marks.get(d))
+        for st in fake.stride():
+            # a layout that is no expression of the sizes (a strided view) gets fresh stride symbols:
+            # they are specialised to the sample's strides (a guard), as the key does for static inputs
+            if isinstance(st, torch.SymInt) and not set(st.node.expr.free_symbols) <= set(self.sources):
+                int(st)
         self.inputs.append((index, name, fake))
         return fake
 

@@ -19,7 +19,10 @@ The path of one call of a compiled function (fig. 11.1):
    nesting) and replay its data gates; the first entry that passes runs;  a call that matches no
    entry and that the function cannot take (``inspect.signature(fn).bind``) raises Python's own
    ``TypeError`` before any capture;
-3. **miss**: capture a new specialization (capture/tracer.py), run the front-end passes
+3. **miss**: capture a new specialization (capture/tracer.py; which sizes are symbols: ``dynamic``
+   — the default ``None``/``"auto"`` is static until a size changes, then those dims are symbols
+   (§10, PyTorch's automatic dynamic), ``True`` every size, ``False`` none — plus the dims of
+   ``tp.mark_dynamic``), run the front-end passes
    (functionalise → extract gate replays → fixed point of rewrites, passes/), hand the graph to the
    backend, cache the entry.  Each miss is explained in words (``TP_LOG_RECOMPILES=1`` logs it); at
    ``recompile_limit`` entries a miss warns once with all reasons and runs eagerly

@@ -213,3 +213,6 @@ def test_length_sweep_with_buckets_at_most_ten_artifacts():
         x = tp.randn(n, 16)
         assert torch.allclose(cf(x, w)._data, f(x, w)._data, atol=1e-4)
     assert len(backend.graphs) <= 10
+    assert len(backend.graphs) == len({(n - 1).bit_length() for n in lengths})     # one per bucket seen
+    src = max((e.guard.source for e in cf._cache), key=lambda t: "bucket (256, 512]" in t)
+    assert "bucket (256, 512]" in src and "(257 <= L[0]._data.shape[0] <= 512)" in src   # a range guard

@@ -17,6 +17,18 @@ rule is written twice.  The rules:
   (``if x.shape[0] % 8 == 0``) is decided on the hints and recorded as a **shape guard** in the
   environment (:meth:`SymbolicShapes.guards`), the shape analogue of a data gate;
 * the real run gets the hints (:func:`hints_of`): computing the sample never adds a guard.
+* which sizes are symbols: all of them with ``dynamic=True``; under the default ``dynamic="auto"``
+  only the dims whose size changed since the first capture; always the dims marked with
+  ``tp.mark_dynamic`` (capture/declare.py), whose ``min``/``max`` — and with ``dynamic.buckets``
+  the sample's power-of-two bucket (Prop. 10.3) — constrain the symbol's range in the
+  environment (``env.var_to_range``, :meth:`SymbolicShapes.range_of`), so guards the range
+  implies are never recorded (§10.2: a guard is implied by the declared range or becomes a
+  runtime check);
+* a data-dependent output size (``x[mask]``, ``masked_select``, ``unique``) is, with
+  ``dynamic=True``, an **unbacked** symbol (no hint, §10.3): torch's fake kernels make it, the
+  graph reads it from the op's output (:meth:`SymbolicShapes.bind_unbacked`), the capture run
+  knows its value; a Python branch on it is an error that says to state the fact with
+  ``tp.check`` (:meth:`SymbolicShapes.check`, exercise 39);
 
 At the end of capture every node's ``meta["val"]`` is its symbolic fake tensor (``meta["sym"]``),
 so a pass or backend that reads a size as a number records a guard instead of baking in the

@@ -15,6 +15,7 @@ from . import ops
 from . import func, testing
 from . import compiler
 from .compiler import compile, config
+from .compiler.capture.declare import check, mark_dynamic
 config.watch("log.ops", ops.registry.log_ops)   # TP_LOG_OPS=1 / config.patch: the eager op log
 from .ops import *  # noqa: F401,F403  (free functions generated from the op table)
 

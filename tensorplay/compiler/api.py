@@ -19,7 +19,10 @@ The path of one call of a compiled function (fig. 11.1):
    nesting) and replay its data gates; the first entry that passes runs;  a call that matches no
    entry and that the function cannot take (``inspect.signature(fn).bind``) raises Python's own
    ``TypeError`` before any capture;
-3. **miss**: capture a new specialization (capture/tracer.py), run the front-end passes
+3. **miss**: capture a new specialization (capture/tracer.py; which sizes are symbols: ``dynamic``
+   — the default ``None``/``"auto"`` is static until a size changes, then those dims are symbols
+   (§10, PyTorch's automatic dynamic), ``True`` every size, ``False`` none — plus the dims of
+   ``tp.mark_dynamic``), run the front-end passes
    (functionalise → extract gate replays → fixed point of rewrites, passes/), hand the graph to the
    backend, cache the entry.  Each miss is explained in words (``TP_LOG_RECOMPILES=1`` logs it); at
    ``recompile_limit`` entries a miss warns once with all reasons and runs eagerly
@@ -237,11 +240,15 @@ class Entry:
 class CompiledFunction:
     """What ``tp.compile(fn)`` returns."""
 
-    def __init__(self, fn, *, backend="stax", mode=None, options=None, dynamic=False, fullgraph=True,
+    def __init__(self, fn, *, backend="stax", mode=None, options=None, dynamic=None, fullgraph=True,
                  strict_native=False, recompile_limit=8, name=None, disable=False, module=None):
-        if dynamic not in (False, True):
-            raise ValueError(f"tp.compile: dynamic must be True or False, got {dynamic!r}")
-        self.dynamic = bool(dynamic)
+        if dynamic is not None and dynamic not in (False, True, "auto"):
+            raise ValueError(f"tp.compile: dynamic must be None or 'auto' (automatic: static until a size "
+                             f"changes), True or False, got {dynamic!r}")
+        #: True, False or "auto" (None): the sizes that are symbols at capture (_dynamic_dims)
+        self.dynamic = "auto" if dynamic is None else dynamic
+        self._auto_sizes: dict = {}   # dynamic="auto": flat leaf index -> the sizes of its first capture
+        self._auto_dims: dict = {}    # flat leaf index -> the dims whose size changed (symbols from then on)
         if not fullgraph:
             raise ValueError("tp.compile: fullgraph=False is not supported — TensorPlay has no graph breaks; "
                              "a region is compiled whole or not at all (§11.3)")
@@ -483,12 +490,41 @@ class CompiledFunction:
         self.fn(*args, **kwargs)
         raise TypeError(f"{self.name}(): {err}")   # the signature refused what the function accepts
 
+    def _dynamic_dims(self, leaves, names):
+        """What the capture makes symbolic: True (every size, dynamic=True), ``{leaf index: dims}``
+        (dynamic="auto": the dims whose size differs from their first capture — PyTorch's automatic
+        dynamic — plus the dims of ``tp.mark_dynamic``), or False (static shapes)."""
+        if self.dynamic is True:
+            return True
+        marked = any(getattr(x, "_tp_dynamic_dims", None) for x in leaves if isinstance(x, Tensor))
+        if self.dynamic == "auto":
+            new = []
+            for i, x in enumerate(leaves):
+                if not isinstance(x, Tensor):
+                    continue
+                first = self._auto_sizes.setdefault(i, tuple(x.shape))
+                if len(first) == x.dim():
+                    for d, (a, b) in enumerate(zip(first, x.shape)):
+                        if a != b and d not in self._auto_dims.setdefault(i, set()):
+                            self._auto_dims[i].add(d)
+                            new.append(f"{names[i] if i < len(names) else f'arg {i}'}.shape[{d}]")
+            if new and _log_recompiles():
+                print(f"[tp.compile] {self.name}: automatic dynamic (dynamic='auto'): {', '.join(new)} changed "
+                      f"size, a symbol from now on", file=sys.stderr)
+            dims = {i: set(d) for i, d in self._auto_dims.items() if d}
+            if dims:
+                return dims
+        return {} if marked else False
+
     def _lower(self, args, kwargs) -> "Lowered":
         names = input_names_for(self.fn, args, kwargs)
         mods = []
-        cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
-                      sources=find_sources(self.fn, self.module, mods), name=self.name, dynamic=self.dynamic)
         leaves, spec = tree_flatten((args, kwargs))
+        cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
+                      sources=find_sources(self.fn, self.module, mods), name=self.name,
+                      dynamic=self._dynamic_dims(leaves, names), buckets=self.options["dynamic.buckets"])
+        if cap.symbolic is not None:
+            _check_marks_kept(cap.symbolic, self.name)
         written = written_placeholders(cap.gm.graph)
         key = specialization_key(leaves, names, [(f.name, f.tensor) for f in cap.free],
                                  constants=list(cap.gm.attrs.values()), modules=[(d, g()) for d, g in mods],
@@ -506,12 +542,31 @@ class CompiledFunction:
         gm = lowered.graph_module
         example = lowered.example_inputs
         sym = lowered.capture.symbolic
+        backend_call = self.backend
         if sym is not None and not getattr(self.backend, "dynamic_shapes", True):
-            from .capture.symbolic import specialize_graph
-            gm = specialize_graph(gm, sym)     # a backend with static kernels: guarded to the sample's sizes
+            unbacked = sym.unbacked_in(gm)
+            if unbacked:     # static kernels cannot take a size known only when the program runs
+                msg = (f"tp.compile({self.name}): backend {self.backend_name!r} compiles static sizes only, and this "
+                       f"graph has data-dependent sizes ({unbacked})")
+                if self.strict_native:
+                    raise BackendCompilerError(msg + " (strict_native=True)")
+                _warn_user(msg + "; running the captured graph op by op instead")
+                from .backends.eager import eager_backend
+                return eager_backend(gm, example)
+            tops = {}
+            if self.options["dynamic.buckets"]:
+                from .specialize.padding import padded_dims
+                tops = padded_dims(gm, sym, lowered)
+            if tops:         # run at the bucket's top: inputs padded, outputs sliced (specialize/padding.py)
+                from .specialize.padding import compile_padded
+                backend, sym_gm = self.backend, gm
+                backend_call = lambda g, ex, **kw: compile_padded(backend, sym_gm, ex, sym, tops, **kw)  # noqa: E731
+            else:
+                from .capture.symbolic import specialize_graph
+                gm = specialize_graph(gm, sym)     # a backend with static kernels: guarded to the sample's sizes
         try:
             try:
-                return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
+                return backend_call(gm, example, options=self.options, strict_native=self.strict_native)
             except StaticShapesRequired as e:
                 if sym is None:
                     raise
@@ -566,7 +621,7 @@ class CompiledFunction:
         cf = bound.get(obj)
         if cf is None:
             cf = CompiledFunction(self.fn.__get__(obj, objtype), backend=self.backend, mode=self.mode,
-                                  options=self.options, strict_native=self.strict_native,
+                                  options=self.options, dynamic=self.dynamic, strict_native=self.strict_native,
                                   recompile_limit=self.recompile_limit, name=self.name, disable=self.disable,
                                   module=obj if hasattr(obj, "named_parameters") else None)
             bound[obj] = cf
@@ -666,6 +721,22 @@ class Lowered:
         self._shape_guards_added = True
 
 
+def _check_marks_kept(sym, name):
+    """A dim marked with ``tp.mark_dynamic`` that the program specialised (``range`` over it, a
+    branch that pins its value) is an error, as in PyTorch: the mark promised one artifact for
+    many sizes."""
+    for i, who, d in sym.marked:
+        if (i, d) in sym.static_why:       # a sample size of 0 or 1: specialised by §10.2's rule
+            continue
+        fake = next(f for j, _, f in sym.inputs if j == i)
+        e = sym.expr(fake.shape[d])
+        if e.is_Integer:
+            where = "; ".join(f"{c} (from {w})" for c, w in sym.guards()) or "a guard"
+            raise CaptureError(f"tp.compile({name}): {who}.shape[{d}] was marked dynamic (tp.mark_dynamic) but the "
+                               f"program specialised it to {int(e)}: {where}. Remove the mark, or rewrite the code "
+                               f"that needs its value as a number (range(), int())")
+
+
 def _run_front(gm, options, run_passes, cap, lowered):
     """canonicalise and functionalise, extract gate replays (before DCE, Prop. 3.1), then the
     other passes to a fixed point."""
@@ -745,7 +816,7 @@ class CompiledModule:
         return self._compiled_forward._describe(f"CompiledModule({type(self._orig_mod).__name__}")
 
 
-def compile(model=None, *, backend="stax", mode=None, options=None, dynamic=False, fullgraph=True,
+def compile(model=None, *, backend="stax", mode=None, options=None, dynamic=None, fullgraph=True,
             strict_native=False, recompile_limit=8, name=None, disable=False):
     """Compile a function or an ``nn.Module``; usable as ``tp.compile(f)``, ``@tp.compile`` and
     ``@tp.compile(mode=...)``."""

@@ -71,6 +71,9 @@ KNOBS = {k.name: k for k in (
     _k("capture.execute", bool, True, "capture with sample values (True) or purely symbolically (False)",
        option=True),
     _k("passes.enabled", bool, True, "run the front-end graph passes", option=True),
+    _k("dynamic.buckets", bool, False, "symbolic sizes range over power-of-two buckets (2^(k-1), 2^k]: one "
+                                       "specialization per bucket; static-kernel backends pad row-independent "
+                                       "graphs to the bucket's top (Prop. 10.3, docs/compiler.md)", option=True),
     _k("aot.partitioner", str, "min_cut", "training regions: 'min_cut' (rematerialise cheap pointwise values) "
                                           "or 'default' (save what the backward reads); docs/aot.md", option=True),
     _k("debug.gates_after_dce", bool, False, "exercise 4 ONLY: extract gate replays after DCE — wrong on purpose",

@@ -139,7 +139,8 @@ def test_guard_miss_messages_and_logging(capsys, monkeypatch):
 
 
 def test_recompile_limit_lists_reasons():
-    cf = tp.compile(lambda x: x + 1, recompile_limit=2, options={"compile.error_on_recompile_limit": True})
+    cf = tp.compile(lambda x: x + 1, recompile_limit=2, dynamic=False,
+                    options={"compile.error_on_recompile_limit": True})
     cf(rnd(1))
     cf(rnd(2))
     with pytest.raises(RecompileLimitError, match=r"(?s)recompile_limit=2.*entry 0: arg 0 'x': size\[0\] expected 1, got 3"

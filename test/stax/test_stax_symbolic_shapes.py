@@ -65,7 +65,7 @@ def test_length_sweep_one_artifact_against_one_per_length():
     w = tp.randn(16, 4)
     dyn, static = Counting(), Counting()
     cf_dyn = tp.compile(f, dynamic=True, backend=dyn)
-    cf_static = tp.compile(f, backend=static, recompile_limit=10_000)
+    cf_static = tp.compile(f, backend=static, dynamic=False, recompile_limit=10_000)
     for i, n in enumerate(lengths):
         x = tp.randn(n, 16)
         out = cf_dyn(x, w)
@@ -185,9 +185,9 @@ def test_gpt_forward_and_training_one_artifact_over_batch_and_sequence_lengths()
     assert len(backend.graphs) == 1
 
 
-def test_a_data_dependent_size_is_a_shape_gate_not_a_symbol():
-    """``x[x > 0]``: the output size depends on values; under dynamic=True it keeps the sample's
-    size, checked by the shape gate before every call (a call with another count recaptures)."""
+def test_a_data_dependent_size_is_an_unbacked_symbol():
+    """``x[x > 0]``: the output size depends on values; under dynamic=True it is an unbacked
+    symbol read from the op's output when the graph runs: one artifact for every count."""
     def f(x):
         return x[x > 0].sum() * x.shape[0]
     backend = Counting()
@@ -196,4 +196,23 @@ def test_a_data_dependent_size_is_a_shape_gate_not_a_symbol():
     for y in (x, tp.randn(9, 3), x):
         cf(y)
         assert torch.allclose(cf(y)._data, f(y)._data)
-    assert len(backend.graphs) == 2
+    assert len(backend.graphs) == 1
+    assert "u0 = index.shape[0]" in backend.graphs[0].code
+
+
+def test_length_sweep_with_buckets_at_most_ten_artifacts():
+    """§13.4's sweep with ``dynamic.buckets`` (Prop. 10.3): lengths uniform in 1..512 fall into the
+    10 buckets {1}, {2}, (2, 4], ..., (256, 512] — at most 10 artifacts, each result eager's."""
+    rng = random.Random(1)
+    lengths = [rng.randint(1, 512) for _ in range(1000)]
+    f = lambda x, w: (x @ w).relu().sum(0)     # noqa: E731
+    w = tp.randn(16, 4)
+    backend = Counting()
+    cf = tp.compile(f, dynamic=True, backend=backend, recompile_limit=16, options={"dynamic.buckets": True})
+    for n in lengths:
+        x = tp.randn(n, 16)
+        assert torch.allclose(cf(x, w)._data, f(x, w)._data, atol=1e-4)
+    assert len(backend.graphs) <= 10
+    assert len(backend.graphs) == len({(n - 1).bit_length() for n in lengths})     # one per bucket seen
+    src = max((e.guard.source for e in cf._cache), key=lambda t: "bucket (256, 512]" in t)
+    assert "bucket (256, 512]" in src and "(257 <= L[0]._data.shape[0] <= 512)" in src   # a range guard

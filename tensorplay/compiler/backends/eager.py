@@ -60,6 +60,7 @@ def raw_function(gm, device=None):
             ns[kname] = d.eager
         args = ", ".join(_fmt_arg(a) for a in _hoist_scalars(n, ns, device))
         lines.append(f"    {n.name} = {kname}({args})")
+        lines += g.size_bindings(after=n)
     src = "\n".join(lines) + "\n"
     exec(compile(src, "<tp raw graph>", "exec"), ns)
     fn = ns["raw"]

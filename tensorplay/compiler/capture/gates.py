@@ -75,7 +75,7 @@ class GateReplay:
         with grad_mode.no_grad():
             vals = self.gm(*list(flat_inputs))
         for g, v in zip(self.gates, vals):
-            got = convert_gate(g.kind, v)
+            got = convert_gate(g.kind, v, g.convert)
             if got != g.value:
                 return f"data gate {g.describe()}: expected {g.value!r}, got {got!r}"
         return None

@@ -17,6 +17,18 @@ rule is written twice.  The rules:
   (``if x.shape[0] % 8 == 0``) is decided on the hints and recorded as a **shape guard** in the
   environment (:meth:`SymbolicShapes.guards`), the shape analogue of a data gate;
 * the real run gets the hints (:func:`hints_of`): computing the sample never adds a guard.
+* which sizes are symbols: all of them with ``dynamic=True``; under the default ``dynamic="auto"``
+  only the dims whose size changed since the first capture; always the dims marked with
+  ``tp.mark_dynamic`` (capture/declare.py), whose ``min``/``max`` — and with ``dynamic.buckets``
+  the sample's power-of-two bucket (Prop. 10.3) — constrain the symbol's range in the
+  environment (``env.var_to_range``, :meth:`SymbolicShapes.range_of`), so guards the range
+  implies are never recorded (§10.2: a guard is implied by the declared range or becomes a
+  runtime check);
+* a data-dependent output size (``x[mask]``, ``masked_select``, ``unique``) is, with
+  ``dynamic=True``, an **unbacked** symbol (no hint, §10.3): torch's fake kernels make it, the
+  graph reads it from the op's output (:meth:`SymbolicShapes.bind_unbacked`), the capture run
+  knows its value; a Python branch on it is an error that says to state the fact with
+  ``tp.check`` (:meth:`SymbolicShapes.check`, exercise 39);
 
 At the end of capture every node's ``meta["val"]`` is its symbolic fake tensor (``meta["sym"]``),
 so a pass or backend that reads a size as a number records a guard instead of baking in the
@@ -51,26 +63,31 @@ def _map_leaves(x, f):
     return f(x)
 
 
-def _hint(x):
-    """The sample value of a SymInt/SymFloat/SymBool, without recording a guard."""
+def _hint(x, unbacked=None):
+    """The sample value of a SymInt/SymFloat/SymBool, without recording a guard; a data-dependent
+    size takes its value in the capture run (``unbacked``: symbol -> value)."""
     node = x.node
     h = node.hint
     if h is None:
+        e = sympy.sympify(sympy.sympify(node.expr).xreplace(unbacked or {}))
+        if e.is_number or e in (sympy.true, sympy.false):
+            return bool(e) if isinstance(x, torch.SymBool) else int(e) if isinstance(x, torch.SymInt) else float(e)
         raise RuntimeError(f"size {node.expr} has no sample value (a data-dependent size)")
     return h
 
 
-def hints_of(x):
+def hints_of(x, unbacked=None):
     """``x`` with every symbolic number replaced by its sample value (lists, tuples, slices
     recursively): what the real op of the capture run receives."""
-    return _map_leaves(x, lambda v: _hint(v) if isinstance(v, _SYM_TYPES) else v)
+    return _map_leaves(x, lambda v: _hint(v, unbacked) if isinstance(v, _SYM_TYPES) else v)
 
 
-def _on_meta(x):
-    """Tensors (fake) of ``x`` moved to the meta device, recursively (inside the fake mode)."""
+def _on_meta(x, device="meta"):
+    """Tensors (fake) of ``x`` moved to the meta device (or ``device``), recursively (inside the
+    fake mode)."""
     def leaf(t):
-        if isinstance(t, torch.Tensor) and t.device.type != "meta":
-            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device="meta")
+        if isinstance(t, torch.Tensor) and t.device != torch.device(device):
+            return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
         return t
     return _map_leaves(x, leaf)
 
@@ -78,59 +95,202 @@ def _on_meta(x):
 @dataclasses.dataclass(frozen=True)
 class SymbolSource:
     """Where a size symbol is read from when the graph runs: dim ``dim`` of placeholder ``input``
-    (``index``: its position among the flat inputs, ``name``: the human name)."""
+    (``index``: its position among the flat inputs, ``name``: the human name).  A data-dependent
+    size (an *unbacked* symbol, §10.3) is read from the output of the node ``input`` that
+    computes it: ``index`` is None, ``name`` says which op made it and where (``op``, ``where``)."""
     input: str
-    index: int
+    index: int | None
     dim: int
     name: str
+    op: str = ""
+    where: str = ""
 
     def describe(self) -> str:
         return f"{self.name}.shape[{self.dim}]"
+
+    def origin(self) -> str:
+        """In words, for messages: ``dim 0 of the output of index (x[mask]) at f.py:3``."""
+        return f"dim {self.dim} of the output of {self.op} at {self.where}" if self.index is None \
+            else f"{self.describe()} (an input size)"
+
+
+def bucket_of(n: int) -> tuple:
+    """The power-of-two bucket ``(2^(k-1), 2^k]`` of a size ``n >= 2`` as an inclusive range
+    ``(2^(k-1) + 1, 2^k)`` (the chapter, Prop. 10.3)."""
+    hi = 1 << max(0, (n - 1).bit_length())
+    return hi // 2 + 1, hi
 
 
 class SymbolicShapes:
     """One capture's shape environment and fake-tensor mode (module doc)."""
 
-    def __init__(self):
+    def __init__(self, unbacked=True, buckets=False):
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
         self.env = ShapeEnv(duck_shape=False, specialize_zero_one=True)
         self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=False)
         self.sources: dict[sympy.Symbol, SymbolSource] = {}
         self.inputs: list = []     # (flat leaf index, human name, fake) of every tensor input
+        #: data-dependent output sizes become unbacked symbols (dynamic=True); False: the shadow
+        #: keeps the sample's size, checked by a shape gate (a symbol made by dynamic="auto")
+        self.unbacked = unbacked
+        self.buckets = buckets     # dynamic.buckets: each symbol's range is its sample's bucket
+        #: symbol -> (lo, hi or None, why): the ranges declared for the input symbols (tp.mark_dynamic,
+        #: buckets); the ShapeEnv's var_to_range holds them too (what decides implied guards)
+        self.ranges: dict[sympy.Symbol, tuple] = {}
+        self.static_why: dict[tuple, str] = {}     # (input index, dim) -> why that dim is no symbol
+        self.marked: list = []                     # (input index, name, dim) marked by tp.mark_dynamic
+        self.unbacked_values: dict[sympy.Symbol, int] = {}   # unbacked symbol -> its capture-run value
+        self.pinned_by_backend: set = set()   # symbols specialize_graph set to their sample value
 
-    hints_of = staticmethod(hints_of)
+    def hints_of(self, x):
+        """:func:`hints_of` with the data-dependent sizes' capture-run values."""
+        return hints_of(x, self.unbacked_values)
 
     # -- inputs ------------------------------------------------------------------------------------
-    def input_fake(self, t: torch.Tensor, placeholder: str, index: int, name: str):
-        """A fake of input ``t`` whose sizes other than 0 and 1 are fresh symbols."""
+    def input_fake(self, t: torch.Tensor, placeholder: str, index: int, name: str, dims=None, marks=None):
+        """A fake of input ``t`` whose sizes other than 0 and 1 are fresh symbols: every dim
+        (``dims`` None: dynamic=True) or those in ``dims`` (dynamic="auto": the dims whose size
+        changed), and always the dims of ``marks`` (``{dim: (min, max)}``, tp.mark_dynamic); a
+        marked range, and with buckets the sample's bucket, constrains the symbol's range."""
         from torch.fx.experimental.symbolic_shapes import DimDynamic, StatelessSymbolicContext
-        dyn = [DimDynamic.STATIC if s in (0, 1) else DimDynamic.DYNAMIC for s in t.shape]
+        marks = marks or {}
+        for d, (lo, hi) in marks.items():
+            n = t.shape[d]
+            if (lo is not None and n < lo) or (hi is not None and n > hi):
+                raise ValueError(f"tp.mark_dynamic({name}, {d}, min={lo}, max={hi}): {name}.shape[{d}] is {n}, "
+                                 f"outside the declared range [{lo}, {hi}]")
+        sym = [s not in (0, 1) and (dims is None or d in dims or d in marks) for d, s in enumerate(t.shape)]
+        dyn = [DimDynamic.DYNAMIC if y else DimDynamic.STATIC for y in sym]
         ctx = StatelessSymbolicContext(dynamic_sizes=dyn, constraint_sizes=[None] * t.dim())
         fake = self.mode.from_tensor(t, symbolic_context=ctx)
         for d, s in enumerate(fake.shape):
             e = s.node.expr if isinstance(s, torch.SymInt) else None
+            if d in marks:
+                self.marked.append((index, name, d))
+            if not sym[d]:
+                self.static_why[(index, d)] = "0 and 1 are specialised" if t.shape[d] in (0, 1) else \
+                    "static: its size has not changed between calls (dynamic='auto') and it is not marked dynamic"
             if isinstance(e, sympy.Symbol) and e not in self.sources:
                 self.sources[e] = SymbolSource(placeholder, index, d, name)
+                self._declare_range(e, t.shape[d], name, d, marks.get(d))
+        for st in fake.stride():
+            # a layout that is no expression of the sizes (a strided view) gets fresh stride symbols:
+            # they are specialised to the sample's strides (a guard), as the key does for static inputs
+            if isinstance(st, torch.SymInt) and not set(st.node.expr.free_symbols) <= set(self.sources):
+                int(st)
         self.inputs.append((index, name, fake))
         return fake
+
+    def _declare_range(self, e, n, name, d, mark):
+        """Constrain symbol ``e`` (sample ``n``) to the declared range and/or its bucket."""
+        lo, hi, why = 2, None, []
+        if mark is not None:
+            lo, hi = max(lo, mark[0] if mark[0] is not None else 2), mark[1]
+            why.append(f"declared by tp.mark_dynamic({name}, {d}, min={mark[0]}, max={mark[1]})")
+        if self.buckets:
+            blo, bhi = bucket_of(n)
+            lo, hi = max(lo, blo), bhi if hi is None else min(hi, bhi)
+            why.append(f"the power-of-two bucket ({bhi // 2}, {bhi}] of dynamic.buckets")
+        if lo == 2 and hi is None:
+            return
+        from torch.utils._sympy.numbers import int_oo
+        self.env.constrain_symbol_range(e, lo, int_oo if hi is None else hi)
+        self.ranges[e] = (lo, hi, "; ".join(why))
+
+    def range_of(self, e) -> tuple:
+        """``(lo, hi)`` of a size expression over its symbols' ranges (``hi`` None: unbounded) — what a
+        backend asks to choose index widths; the ranges live in ``env.var_to_range``."""
+        vr = self.env.bound_sympy(sympy.sympify(e))
+        hi = vr.upper
+        return int(vr.lower), (int(hi) if getattr(hi, "is_finite", False) and hi.is_finite else None)
 
     def static_fake(self, t: torch.Tensor):
         """A fake of a free tensor or constant: its sizes stay integers."""
         return self.mode.from_tensor(t, static_shapes=True)
 
     # -- ops ---------------------------------------------------------------------------------------
-    def run(self, op, args):
+    def run(self, op, args, device="cpu"):
         """The op on fake arguments: symbolic outputs (fake tensors, or a Python value).  Every
         tensor argument is seen on the meta device, so kernels that inspect values on real
-        devices (index range checks) take their meta path, as they do for ``run_meta``."""
+        devices (index range checks) take their meta path, as they do for ``run_meta``; an op whose
+        output size depends on values runs its kernel on fakes of the real ``device`` instead, where
+        torch's fake kernels give that size an unbacked symbol (dynamic=True)."""
         from torch._dispatch.python import enable_python_dispatcher
+        from ...ops.registry import DataDependentShapeError
         # (the Python dispatcher: the SymInt-aware meta functions, as torch's own tracing uses)
         with self.mode, enable_python_dispatcher():
-            args = _on_meta(args)
-            if op.meta is not None:
-                return op.meta(*args)
-            return op.eager(*args)
+            meta = _on_meta(args)
+            try:
+                return op.meta(*meta) if op.meta is not None else op.eager(*meta)
+            except DataDependentShapeError:
+                if not self.unbacked:
+                    raise
+            return op.eager(*_on_meta(args, device))
+
+    def bind_unbacked(self, res, node_names, op_name, where, real):
+        """After an op's shadow run: each fresh unbacked symbol that is a dim of an output fake
+        (``res``, one or a tuple) gets its source (that output's node, in ``node_names``), and its value
+        in the capture run (``real``: the outputs' real tensors or None).  Returns the symbols."""
+        from torch.fx.experimental.symbolic_shapes import compute_unbacked_bindings
+        compute_unbacked_bindings(self.env, res)       # (the ShapeEnv asks that fresh symbols be bound)
+        outs = res if isinstance(res, (tuple, list)) else (res,)
+        reals = real if isinstance(real, (tuple, list)) else (real,)
+        found = []
+        for i, (f, nm) in enumerate(zip(outs, node_names)):
+            if not isinstance(f, torch.Tensor) or nm is None:
+                continue
+            for d, s in enumerate(f.shape):
+                e = s.node.expr if isinstance(s, torch.SymInt) else None
+                if isinstance(e, sympy.Symbol) and e not in self.sources and e.name.startswith("u"):
+                    self.sources[e] = SymbolSource(nm, None, d, f"{op_name} output", op_name, where)
+                    r = reals[i] if i < len(reals) else None
+                    if isinstance(r, torch.Tensor):
+                        self.unbacked_values[e] = int(r.shape[d])
+                    found.append(e)
+        return found
+
+    def unbacked_in(self, gm) -> str:
+        """The data-dependent sizes a graph uses, in words ('' if none): ``u0 (dim 0 of the output of
+        index at f.py:3: `y = x[x > 0]`)``."""
+        from torch.fx.experimental.symbolic_shapes import free_unbacked_symbols
+        used = set()
+        for n in gm.graph.nodes:
+            v = n.meta.get("val")
+            if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
+                used |= set(free_unbacked_symbols(v))
+        return "; ".join(f"{u} ({self.sources[u].origin()})" if u in self.sources else str(u)
+                         for u in sorted(used, key=str))
+
+    # -- facts (tp.check) ----------------------------------------------------------------------------
+    def check(self, cond, msg, tracer):
+        """``tp.check(cond)`` of a symbolic condition (capture/declare.py): an assert on the capture
+        run's values, then a fact of the shape environment (``torch._check``: a guard over input
+        sizes; over a data-dependent size a refined range), checked on every call by a gate that
+        reads the data-dependent size from the op that makes it."""
+        from .proxy import CaptureError, where
+        e = cond.node.expr
+        text = f"tp.check({sympy.sstr(e)})"
+        try:
+            value = bool(self.hints_of(cond))
+        except RuntimeError:
+            value = None           # (execute=False: no values to check)
+        if value is False:
+            raise AssertionError(msg or f"{text} failed at {where()}")
+        us = [u for u in e.free_symbols if u in self.sources and self.sources[u].index is None]
+        torch._check(cond, (lambda: msg) if msg else None)
+        if not us:
+            return
+        producers = {self.sources[u].input for u in us}
+        if len(producers) > 1 or len(e.free_symbols) > len(us):
+            raise CaptureError(f"{text} at {where()}: a fact about data-dependent sizes must read the output of one "
+                               f"op only (here: {', '.join(sorted(producers))} and input sizes); check each fact "
+                               f"separately")
+        (name,) = producers
+        src = next(n for n in tracer.graph.nodes if n.name == name)
+        dims = {u: self.sources[u].dim for u in us}
+        tracer.record_gate(None, "check", True, convert=lambda d: bool(e.xreplace({u: d.shape[k] for u, k in dims.items()})),
+                           text=text, src=src)
 
     # -- expressions -------------------------------------------------------------------------------
     def expr(self, x) -> sympy.Expr:
@@ -154,10 +314,22 @@ class SymbolicShapes:
         env = self.env
         vals = getattr(env, "backed_var_to_val", None)
         vals = env.var_to_val if vals is None else vals
-        v = sympy.sympify(e).xreplace(dict(vals))
+        v = sympy.sympify(e).xreplace({**dict(vals), **self.unbacked_values})
         if not v.is_Integer:
             raise RuntimeError(f"size {e} has no sample value (a data-dependent size)")
         return int(v)
+
+    def implied(self, cond) -> bool:
+        """Is a condition true for every size in the declared ranges (>= 2 for a symbol with
+        none)?  Only the declarations count: the environment's own ranges are refined by the
+        guards themselves, so they would imply every guard."""
+        from torch.utils._sympy.numbers import int_oo
+        from torch.utils._sympy.value_ranges import ValueRanges
+        vr = tuple((e, ValueRanges(self.ranges[e][0], int_oo if self.ranges[e][1] is None else self.ranges[e][1])
+                    if e in self.ranges else ValueRanges(2, int_oo)) for e, src in self.sources.items()
+                   if src.index is not None)
+        v = self.env._maybe_evaluate_static(cond, axioms=(), var_to_range=vr)
+        return v is not None and bool(v == sympy.true)
 
     # -- what the capture assumed --------------------------------------------------------------------
     def guards(self) -> list:
@@ -171,28 +343,36 @@ class SymbolicShapes:
         return out
 
 
-def specialize_graph(gm, symbolic):
+def specialize_graph(gm, symbolic, values=None):
     """A static copy of a symbolic graph, for a backend that needs static sizes (Stax's kernels
     take no size arguments yet).  Every size and stride of every input is guarded to its sample
     value (the guards enter the key: the artifact is valid for exactly those sizes), size
-    arguments become ints and metadata concrete meta tensors — the graph a static capture gives."""
+    arguments become ints and metadata concrete meta tensors — the graph a static capture gives.
+    ``values`` (``{symbol: int}``): symbols set to these values *without* a guard — the bucket
+    padding of specialize/padding.py, whose artifact runs at the bucket's top size."""
     from ..graph import GraphModule
+    values = {s: sympy.Integer(v) for s, v in (values or {}).items()}
+    symbolic.pinned_by_backend = {s for s in symbolic.sources if not symbolic.expr(s).is_Integer} - set(values)
+    for _, _, fake in symbolic.inputs:
+        # int() of each size and stride records the guard that it equals the sample's
+        for x in list(fake.shape) + list(fake.stride()):
+            if isinstance(x, torch.SymInt) and not (symbolic.expr(x).free_symbols & set(values)):
+                int(x)
+    vals = {s: sympy.Integer(symbolic.hint(s)) for s, src in symbolic.sources.items() if src.index is not None}
+    vals.update(values)
     g, _ = gm.graph.copy()
-    vals = {s: sympy.Integer(symbolic.hint(s)) for s in symbolic.sources}
+
+    def num(x):
+        e = symbolic.expr(x) if isinstance(x, torch.SymInt) else sympy.sympify(x)
+        v = e.xreplace(vals)
+        return int(v) if v.is_Integer else x
 
     def arg(x):
-        if isinstance(x, torch.SymInt):
-            return int(x)
-        if _is_size_expr(x):
-            v = sympy.sympify(x).xreplace(vals)
-            return int(v) if v.is_Integer else x
-        return x
+        return num(x) if isinstance(x, torch.SymInt) or _is_size_expr(x) else x
 
     def concrete(v):
-        # int() of each size and stride records the guard that it equals the sample's: the
-        # placeholders come first, so every input size and stride is guarded
         if isinstance(v, torch.Tensor) and getattr(v, "fake_mode", None) is not None:
-            return torch.empty_strided([int(s) for s in v.shape], [int(s) for s in v.stride()], dtype=v.dtype,
+            return torch.empty_strided([num(s) for s in v.shape], [num(s) for s in v.stride()], dtype=v.dtype,
                                        device="meta")
         return v
     for n in g.nodes:

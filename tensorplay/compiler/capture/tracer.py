@@ -12,7 +12,11 @@
   lifted to an extra placeholder and re-read at every call, or a **constant** (made inside the
   function without an op, e.g. ``tp.tensor([...])``), stored in the GraphModule as an attribute;
 * ``bool``/``int``/``float``/``item``/``tolist`` on a proxy record **data gates** (proxy.py);
-* ``dynamic=True``: a shadow run on fake tensors gives every node symbolic sizes (symbolic.py).
+* ``dynamic=True``: a shadow run on fake tensors gives every node symbolic sizes (symbolic.py);
+  ``dynamic={leaf index: dims}`` (``dynamic="auto"``, ``tp.mark_dynamic``): only those dims and the
+  marked ones are symbols; an op whose output size depends on values (``x[mask]``, ``unique``)
+  gets an *unbacked* symbol under ``dynamic=True`` (a Python branch on it is a CaptureError that
+  says to state the fact with ``tp.check``), the sample's size and a shape gate otherwise.
 
 Python side effects (prints, appends to lists, counters) happen once, during capture; the compiled
 function replays only tensor operations.  Capture either succeeds for the whole function or raises
@@ -50,11 +54,15 @@ TENSOR_LEAF = _TensorLeaf()
 @dataclasses.dataclass
 class Gate:
     node: object          # the graph node whose value was converted
-    kind: str             # bool / item / int / float / index / tolist
+    kind: str             # bool / item / int / float / index / tolist / shape / check
     value: object         # the recorded outcome
     where: str            # source line
+    convert: object = None   # data -> value, for kinds not in _CONVERT (a tp.check of a data-dependent size)
+    text: str = ""        # what is checked, in words (tp.check)
 
     def describe(self) -> str:
+        if self.text:
+            return f"{self.text} at {self.where}"
         return f"{self.kind}({self.node.name}) at {self.where}"
 
 
@@ -73,9 +81,9 @@ _CONVERT = {"bool": lambda d: bool(d), "item": lambda d: d.item(), "int": lambda
             "shape": lambda d: tuple(d.shape)}
 
 
-def convert_gate(kind, tensor):
+def convert_gate(kind, tensor, convert=None):
     d = tensor._data if isinstance(tensor, Tensor) else tensor
-    return _CONVERT[kind](d)
+    return (convert or _CONVERT[kind])(d)
 
 
 def find_sources(fn, module=None, modules=None) -> dict:
@@ -136,13 +144,15 @@ def _attr_getter(root, path):
 
 
 class Tracer:
-    def __init__(self, execute=True, sources=None, dynamic=False):
+    def __init__(self, execute=True, sources=None, dynamic=False, buckets=False):
         self.graph = Graph()
-        # dynamic=True: the symbolic shadow run (symbolic.py); None: static shapes
+        # dynamic=True or {leaf index: dims}: the symbolic shadow run (symbolic.py); None: static shapes
         self.sym = None
-        if dynamic:     # (imported only then: a warm process imports neither sympy nor fake tensors)
+        self._dims = None if dynamic is True else dynamic
+        if dynamic is True or isinstance(dynamic, dict):
+            # (imported only then: a warm process imports neither sympy nor fake tensors)
             from .symbolic import SymbolicShapes
-            self.sym = SymbolicShapes()
+            self.sym = SymbolicShapes(unbacked=dynamic is True, buckets=buckets)
         self._fakes: dict = {}                 # id(lifted tensor) -> its static fake (dynamic only)
         self.execute = execute
         self.active = False
@@ -182,7 +192,9 @@ class Tracer:
         node.meta["val"] = _to_meta(t._data)
         if self.sym is not None:
             leaf = self.n_inputs - 1 if index is None else index
-            p._fake = self.sym.input_fake(t._data, node.name, leaf, name)
+            dims = None if self._dims is None else self._dims.get(leaf, ())
+            p._fake = self.sym.input_fake(t._data, node.name, leaf, name, dims=dims,
+                                          marks=getattr(t, "_tp_dynamic_dims", None))
             node.meta["sym"] = p._fake
         self._proxies.append(weakref_ref(p))
         return p
@@ -256,14 +268,14 @@ class Tracer:
         if self.sym is not None:
             nargs = self.sym.args_to_exprs(nargs)
         node = self.graph.call_function(op, tuple(nargs))
+        # (with execute=False such an op's meta function has already raised DataDependentShapeError)
+        sample_args = args if self.sym is None else self.sym.hints_of(args)
+        dynamic = s.mutated_pos is None and self.execute and op.output_shape_depends_on_data(*sample_args)
         if self.sym is not None:
-            self._shadow(op, args, outs, node)
+            self._shadow(op, args, outs, node, dynamic)
         if s.mutated_pos is not None:
             node.meta["val"] = _to_meta(outs[0]._data)
             return
-        # (with execute=False such an op's meta function has already raised DataDependentShapeError)
-        sample_args = args if self.sym is None else self.sym.hints_of(args)
-        dynamic = self.execute and op.output_shape_depends_on_data(*sample_args)
         tensors = [o for o in outs if isinstance(o, Tensor)]
         if len(outs) == 1 and not s.returns_list and not s.returns_tuple:
             self._become(outs[0], node)
@@ -274,6 +286,12 @@ class Tracer:
                 if isinstance(o, Tensor):
                     g = self.graph.call_function(operator.getitem, (node, i))
                     self._become(o, g)
+        if self.sym is not None and self.sym.env.pending_fresh_unbacked_symbols:
+            # dynamic=True: the output sizes are unbacked symbols, read from the outputs when the
+            # graph runs — no shape gate
+            found = self.sym.bind_unbacked(node.meta["sym"], [o._node.name if isinstance(o, Proxy) else None for o in outs],
+                                           op.name, where(), [o._data if isinstance(o, Tensor) else None for o in outs])
+            dynamic = dynamic and not found
         if dynamic:
             # the graph is specialised to these output shapes: each is a data gate, checked by the
             # replay before every call (a call whose shapes differ recompiles)
@@ -288,14 +306,18 @@ class Tracer:
         self.node_of(t)
         return self._fakes[id(t)]
 
-    def _shadow(self, op, args, outs, node):
+    def _shadow(self, op, args, outs, node, data_dependent):
         """Run ``op`` on the fakes of its arguments: ``meta["sym"]`` of the node (the outputs' fakes
-        are read from it by _shadow_output)."""
+        are read from it by _shadow_output).  ``data_dependent``: the op's output size depends on
+        values — an unbacked symbol with dynamic=True, else the sample's size."""
         s = op.schema
         try:
-            res = self.sym.run(op, _map_tensor_args(s, args, self.fake_of))
+            if data_dependent and not self.sym.unbacked:
+                raise _KeepSampleSize
+            dev = next((o._data.device for o in outs if isinstance(o, Tensor)), "cpu")
+            res = self.sym.run(op, _map_tensor_args(s, args, self.fake_of), dev)
         except Exception:
-            if not (self.execute and op.output_shape_depends_on_data(*self.sym.hints_of(args))):
+            if not data_dependent:
                 raise
             # a data-dependent output shape (x[mask], unique): the output's sizes are the sample's,
             # which the shape gates of on_op check before every call
@@ -359,15 +381,22 @@ class Tracer:
         self.record_gate(t, kind, value)
         return value
 
-    def record_gate(self, proxy, kind, value):
+    def record_gate(self, proxy, kind, value, convert=None, text="", src=None):
         """The gate reads the tensor's value *now*: an explicit (pure) clone node marks the point,
         so after functionalisation it reads the post-mutation value even if the tensor was
-        modified in place before the gate.  DCE removes it from the main graph later."""
+        modified in place before the gate.  DCE removes it from the main graph later.  ``src``:
+        the graph node to read instead of ``proxy``'s (``convert``/``text``: see :class:`Gate`)."""
         from ...ops.registry import OPS
-        src = self.node_of(proxy)
+        src = self.node_of(proxy) if src is None else src
         node = self.graph.call_function(OPS["clone"], (src,), name=f"gate{len(self.gates)}")
         node.meta["val"] = src.meta.get("val")
-        self.gates.append(Gate(node, kind, value, where()))
+        if "sym" in src.meta:
+            node.meta["sym"] = src.meta["sym"]
+        self.gates.append(Gate(node, kind, value, where(), convert, text))
+
+
+class _KeepSampleSize(Exception):
+    """(internal) a data-dependent output keeps the sample's size (no unbacked symbols)."""
 
 
 def _map_tensor_args(schema, args, f) -> list:
@@ -408,11 +437,12 @@ class Capture:
 
 
 def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, name="captured",
-            dynamic=False) -> Capture:
+            dynamic=False, buckets=False) -> Capture:
     """Run ``fn(*args, **kwargs)`` on proxies and return the captured graph (see module doc);
-    ``dynamic=True``: input sizes are symbols (symbolic.py)."""
+    ``dynamic=True``: input sizes are symbols (symbolic.py); ``{leaf index: dims}``: those dims and
+    the ``tp.mark_dynamic`` ones; ``buckets``: each symbol ranges over its sample's power-of-two bucket."""
     leaves, spec = tree_flatten((args, kwargs))
-    tr = Tracer(execute=execute, sources=sources, dynamic=dynamic)
+    tr = Tracer(execute=execute, sources=sources, dynamic=dynamic, buckets=buckets)
     names = input_names or [f"arg{i}" for i in range(len(leaves))]
     proxied = []
     for i, leaf in enumerate(leaves):
@@ -431,11 +461,13 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
         else:
             with grad_mode.no_grad():
                 result = fn(*p_args, **p_kwargs)
-    except CaptureError:
+    except (CaptureError, AssertionError):    # (an assert of the function, tp.check: as in eager)
         tr.release()
         raise
     except Exception as e:
         tr.release()
+        if tr.sym is not None and type(e).__name__ == "GuardOnDataDependentSymNode":
+            raise CaptureError(_data_dependent_branch_message(name, e, tr.sym)) from e
         raise CaptureError(f"capture of {name} failed at {where_from(e)}: {type(e).__name__}: {e}") from e
     finally:
         tr.active = False
@@ -462,16 +494,35 @@ def capture(fn, args, kwargs, *, execute=True, input_names=None, sources=None, n
                    result=result if execute else None, symbolic=tr.sym)
 
 
-def where_from(e: BaseException) -> str:
-    """The innermost traceback frame outside tensorplay, as file:line: `source`."""
+def _data_dependent_branch_message(name, e, sym) -> str:
+    """Exercise 39: a Python decision on a data-dependent (unbacked) size cannot be evaluated on
+    the sample and recorded as a shape guard — there is no sample value until the program runs."""
+    import sympy
+    cond = getattr(e, "cond", None)
+    us = sorted((u for u in getattr(cond, "free_symbols", ()) if u in sym.sources and sym.sources[u].index is None),
+                key=str)
+    made = "; ".join(f"{u} is {sym.sources[u].origin()}" for u in us) or "a size that depends on tensor values"
+    cond_text = "the condition" if cond is None else f"`{sympy.sstr(cond)}`"
+    return (f"capture of {name}: a Python branch on a data-dependent size at {where_from(e, skip_torch=True)}: "
+            f"{cond_text} reads a size known only when the program runs ({made}). It has no sample value to "
+            f"decide on and record as a shape guard (the chapter, §10.2). If you know the fact holds for "
+            f"every call, state it before the branch: tp.check(n > 0) (the compiled program assumes it and "
+            f"checks it on every call, an assert in eager); or compute without the branch (tp.where, or "
+            f"reductions that are correct for an empty tensor).")
+
+
+def where_from(e: BaseException, skip_torch=False) -> str:
+    """The innermost traceback frame outside tensorplay (and torch: ``skip_torch``), as
+    file:line: `source`."""
     import linecache
     import os
     from .proxy import _internal
     tb = e.__traceback__
     best = None
+    torch_dir = os.path.dirname(torch.__file__)
     while tb is not None:
         fn = tb.tb_frame.f_code.co_filename
-        if not _internal(fn):
+        if not _internal(fn) and not (skip_torch and os.path.abspath(fn).startswith(torch_dir)):
             best = (fn, tb.tb_lineno)
         tb = tb.tb_next
     if best is None:

@@ -163,10 +163,14 @@ class Graph:
         lines = ["graph():"] + ["    " + n.format_node() for n in self.nodes]
         return "\n".join(lines)
 
-    def size_bindings(self, indent="    ") -> list:
-        """Lines binding the size symbols (dynamic=True) from the placeholders: ``s0 = x.shape[0]``."""
+    def size_bindings(self, indent="    ", after=None) -> list:
+        """Lines binding the size symbols (dynamic=True) from the placeholders: ``s0 = x.shape[0]``;
+        with ``after`` (a node), the data-dependent sizes that node's output has:
+        ``u0 = index.shape[0]`` (emitted right after the node's line)."""
+        name = None if after is None else after.name
         return [f"{indent}{sym} = {src.input}.shape[{src.dim}]   # size symbol: {src.describe()}"
-                for sym, src in sorted(self.size_symbols.items(), key=lambda kv: str(kv[0]))]
+                for sym, src in sorted(self.size_symbols.items(), key=lambda kv: str(kv[0]))
+                if (src.index is None) == (name is not None) and (name is None or src.input == name)]
 
     def python_code(self, fn_name="forward") -> str:
         """The graph as readable Python: each call_function line calls ``ops.<name>`` with the
@@ -191,6 +195,7 @@ class Graph:
                 d = n.opdef
                 fn = f"ops.{d.name}" if d is not None else _callable_name(n.target)
                 lines.append(f"    {n.name} = {fn}({call}){comment}")
+                lines += self.size_bindings(after=n)
             elif n.op == "call_method":
                 lines.append(f"    {n.name} = {_fmt_arg(n.args[0])}.{n.target}({', '.join(_fmt_arg(a) for a in n.args[1:])}){comment}")
             elif n.op == "call_module":

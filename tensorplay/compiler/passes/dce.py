@@ -37,18 +37,37 @@ def is_root(n: Node) -> bool:
     return False
 
 
+def _symbols_in(x) -> set:
+    """The size symbols a node's arguments read (sympy expressions inside lists, tuples, dicts)."""
+    from ..graph.node import _is_size_expr
+    if isinstance(x, (list, tuple)):
+        return set().union(*(_symbols_in(v) for v in x)) if x else set()
+    if isinstance(x, dict):
+        return _symbols_in(list(x.values()))
+    if isinstance(x, slice):
+        return _symbols_in([x.start, x.stop, x.step])
+    return set(x.free_symbols) if _is_size_expr(x) else set()
+
+
 def dce(gm) -> bool:
     """Erase the nodes not backward-reachable from the roots (module doc, §4.1).
     Measure: the number of nodes; True iff a node was erased."""
     g = gm.graph
     live = set()
     stack = [n for n in g.nodes if is_root(n)]
+    # a data-dependent size (dynamic=True: ``u0 = index.shape[0]``) is read from the output of the
+    # node that computes it: a live node whose arguments use it keeps that node live
+    binders = {src.input: sym for sym, src in g.size_symbols.items() if getattr(src, "index", 0) is None}
+    by_name = {n.name: n for n in g.nodes if n.name in binders} if binders else {}
     while stack:
         n = stack.pop()
         if n in live:
             continue
         live.add(n)
         stack.extend(n.all_input_nodes)
+        if by_name:
+            used = _symbols_in((n.args, n.kwargs))
+            stack.extend(m for name, m in by_name.items() if binders[name] in used)
     dead = [n for n in g.nodes if n not in live]
     if not dead:
         return False

@@ -6,13 +6,19 @@ it assumed; each assumption is one :class:`~.key.KeyEntry` whose expression read
 input sizes (``L[i]._data.shape[d]``), so the check is generated from the key like every other
 guard (invariant 1: a guard is a projection of the key) and a miss names the assumption:
 
-* **0/1 specialisation**: a symbolic dim is at least 2; a dim of size 0 or 1 stays that size;
+* **0/1 specialisation**: a symbolic dim is at least 2; a dim of size 0 or 1 stays that size (and
+  under ``dynamic="auto"`` a dim whose size never changed stays its size);
+* **declared ranges**: a symbol with a range (``tp.mark_dynamic(x, 0, min=16, max=1024)``, or its
+  bucket with ``dynamic.buckets``) is checked to lie in it — the one check that replaces ``>= 2``;
 * **strides**: each input stride equals its expression of the sizes (the sample's layout, e.g.
   contiguous: ``stride(0) == s1``);
 * **related sizes**: sizes the program related (a broadcast, a matmul) are equal —
   the shape environment's replacements (``s3 -> s1``);
 * **branches**: every shape guard recorded while capturing (``Mod(s0, 8) == 0`` from ``if
-  x.shape[0] % 8 == 0``), with the source line it came from; trivially true ones are dropped.
+  x.shape[0] % 8 == 0``), with the source line it came from; guards the declared ranges imply
+  (``s0 >= 2``, ``s0 <= 4096`` when ``s0`` lies in [16, 1024]) are decided at capture and dropped
+  — the shape environment never records them, and any that a later fact implies are dropped here
+  (exercise 28: ``Mod(s0, 8) == 0`` is implied by no range, so it stays a runtime check).
 
 :func:`build_input_guard` returns the check function; its ``.source`` lists each condition with the
 assumption it came from (experiment 5 (2)).
@@ -31,7 +37,8 @@ __all__ = ["shape_entries", "build_input_guard"]
 def _source_text(expr, sources) -> str:
     """``expr`` as Python over the call's leaves: each symbol read from its input's size."""
     from torch.utils._sympy.printers import PythonPrinter
-    sub = {s: sympy.Symbol(f"L[{src.index}]._data.shape[{src.dim}]") for s, src in sources.items()}
+    sub = {s: sympy.Symbol(f"L[{src.index}]._data.shape[{src.dim}]") for s, src in sources.items()
+           if src.index is not None}
     return PythonPrinter().doprint(sympy.sympify(expr).xreplace(sub))
 
 
@@ -46,13 +53,24 @@ def shape_entries(symbolic) -> list:
             e = symbolic.expr(s)
             ref = f"L[{i}]._data.shape[{d}]"
             if e.is_Integer:
-                why = ("specialised by a guard: the program needed its value, e.g. range() or int() of it"
-                       if isinstance(s, torch.SymInt) else "0 and 1 are specialised")
+                if isinstance(s, torch.SymInt) and s.node.expr in symbolic.pinned_by_backend:
+                    why = "specialised for the backend: its kernels take static sizes"
+                elif isinstance(s, torch.SymInt):
+                    why = "specialised by a guard: the program needed its value, e.g. range() or int() of it"
+                else:
+                    why = symbolic.static_why.get((i, d), "0 and 1 are specialised")
                 out.append(KeyEntry(subject, f"size[{d}] ({why})", ref, int(e)))
             elif isinstance(e, sympy.Symbol) and sources.get(e) is not None and sources[e].index == i \
                     and sources[e].dim == d:
-                out.append(KeyEntry(subject, f"size[{d}] = {e} >= 2 (a symbol, hint {symbolic.hint(e)}; "
-                                             f"0 and 1 are specialised)", f"({ref} >= 2)", True))
+                rng = symbolic.ranges.get(e)
+                if rng is None:
+                    out.append(KeyEntry(subject, f"size[{d}] = {e} >= 2 (a symbol, hint {symbolic.hint(e)}; "
+                                                 f"0 and 1 are specialised)", f"({ref} >= 2)", True))
+                else:
+                    lo, hi, why = rng
+                    test = f"({lo} <= {ref})" if hi is None else f"({lo} <= {ref} <= {hi})"
+                    out.append(KeyEntry(subject, f"size[{d}] = {e} in [{lo}, {'inf' if hi is None else hi}] (a symbol, "
+                                                 f"hint {symbolic.hint(e)}; range {why}; implies >= 2)", test, True))
             else:
                 out.append(KeyEntry(subject, f"size[{d}] == {e} (related by the program)",
                                     f"({ref} == {_source_text(e, sources)})", True))
@@ -63,7 +81,7 @@ def shape_entries(symbolic) -> list:
             out.append(KeyEntry(subject, f"stride[{d}] == {e}", f"(L[{i}]._data.stride({d}) == "
                                                               f"{_source_text(e, sources)})", True))
     for cond, where in symbolic.guards():
-        if cond is sympy.true or cond == sympy.true:
+        if cond is sympy.true or cond == sympy.true or symbolic.implied(cond):
             continue
         out.append(KeyEntry("shape guard", f"{cond} (from {where})", f"bool({_source_text(cond, sources)})", True))
     return out

@@ -572,6 +572,10 @@ class CompiledFunction:
                     raise
                 from .capture.symbolic import specialize_graph
                 lowered.specialized_reason = str(e)
+                unbacked = sym.unbacked_in(gm)
+                if unbacked:   # nothing to specialise a data-dependent size to
+                    raise RuntimeError(f"the backend needs static sizes ({e}) and this graph has data-dependent "
+                                       f"sizes ({unbacked})") from e
                 if _log_recompiles():
                     print(f"[tp.compile] {self.name}: backend {self.backend_name!r} specialises this graph to the "
                           f"sample's sizes: {e}", file=sys.stderr)

@@ -39,7 +39,7 @@ from ..graph import GraphModule
 from ..graph.node import map_arg
 
 __all__ = ["dispatch_trace", "DispatchTrace", "tracing", "retrace_nodes", "fix_devices", "meta_like",
-           "symbolic_tracer", "is_symbolic", "finish_symbolic"]
+           "symbolic_tracer", "is_symbolic", "fake_mode_of", "finish_symbolic"]
 
 
 @dataclasses.dataclass
@@ -178,16 +178,26 @@ def symbolic_tracer(gm, extra_fakes=()) -> Tracer:
     ``dynamic=True`` capture) its ops also run on the capture's fakes, placeholders first being
     ``gm``'s own, then ``extra_fakes`` (:mod:`.sizes`)."""
     tr = Tracer(execute=False)
-    if is_symbolic(gm):
-        from .sizes import retrace_shapes
-        tr.sym = retrace_shapes(gm, extra_fakes)
+    mode = fake_mode_of(gm)
+    if mode is not None:
+        from .sizes import RetraceShapes
+        tr.sym = RetraceShapes(mode, [p.meta["val"] for p in gm.graph.placeholders] + list(extra_fakes))
     return tr
+
+
+def fake_mode_of(gm):
+    """The fake mode (with its ShapeEnv) of a symbolic graph — a ``dynamic=True`` capture's, read
+    from its placeholders' ``meta["val"]`` — or None for a static graph."""
+    for p in gm.graph.placeholders:
+        mode = getattr(p.meta.get("val"), "fake_mode", None)
+        if getattr(mode, "shape_env", None) is not None:
+            return mode
+    return None
 
 
 def is_symbolic(gm) -> bool:
     """Do ``gm``'s placeholders carry symbolic fakes (a ``dynamic=True`` capture)?"""
-    return any(getattr(getattr(p.meta.get("val"), "fake_mode", None), "shape_env", None) is not None
-               for p in gm.graph.placeholders)
+    return fake_mode_of(gm) is not None
 
 
 def finish_symbolic(tr: Tracer, what):

@@ -11,7 +11,9 @@ outputs, then the saved values) and keeps exactly the partitioner's saved values
 
 * compiles the **backward graph at the first backward()** (``bw_compiler``; a failure there warns and
   runs the graph compiled by ``bw_fallback`` instead -- the backends pass the eager backend's op-by-op
-  ``raw_function`` -- unless ``strict_native`` or no ``bw_fallback`` is given);
+  ``raw_function`` -- unless ``strict_native`` or no ``bw_fallback`` is given); with symbolic sizes
+  (a ``dynamic=True`` capture, :mod:`.sizes`) it is compiled together with the forward instead, on
+  zero-filled example inputs at the hint sizes, so that its shape guards enter the key;
 * gives the compiled backward the saved values and one tangent per differentiable output (laid out
   as the backward graph expects: incoming gradients with other strides are copied);
 * returns one gradient per input (None where none), which the engine accumulates into ``.grad`` of

@@ -56,8 +56,8 @@ from ...ops.registry import OPS
 from ..capture.tracer import Tracer
 from ..graph import GraphModule
 from ..graph.node import Node
-from .dispatch_trace import (dispatch_trace, finish_symbolic, fix_devices, is_symbolic, meta_like, region_device,
-                             retrace_nodes, symbolic_tracer, tracing)
+from .dispatch_trace import (dispatch_trace, fake_mode_of, finish_symbolic, fix_devices, is_symbolic, meta_like,
+                             region_device, retrace_nodes, symbolic_tracer, tracing)
 
 __all__ = ["build_joint", "JointGraph", "requires_grad_map"]
 
@@ -247,8 +247,7 @@ def build_joint(gm, example_inputs, *, basis=None, decompose_if=None, run_passes
 
 def _tangent_fake(fgm, v):
     """The tangent of symbolic output ``v``: a contiguous fake of its shape in the capture's mode."""
-    from .sizes import shape_env_of
-    with shape_env_of(fgm):
+    with fake_mode_of(fgm):
         return torch.empty(v.shape, dtype=v.dtype, device="meta")
 
 

@@ -76,6 +76,7 @@ import torch
 from ..capture.gates import backward_slice
 from ..graph import Graph, GraphModule
 from ..graph.node import Node, map_arg
+from .dispatch_trace import fake_mode_of
 
 __all__ = ["SavedValue", "Partition", "default_partition", "min_cut_partition", "PARTITIONERS",
            "remat_network", "is_cheap", "value_bytes", "format_saved", "MAX_RECOMPUTE_FANOUT", "beta", "min_slots",
@@ -311,7 +312,8 @@ def _build(a: _Joint, saved: set, strategy: str) -> Partition:
             raise RuntimeError(f"partition ({strategy}): saved value {s.name} depends on a tangent")
         if value_bytes(s) is None:
             raise RuntimeError(f"partition ({strategy}): cannot save {s.name} (not a single tensor of known size)")
-    env = _shape_env(a)
+    mode = fake_mode_of(a.gm)
+    env = None if mode is None else mode.shape_env
     if env is not None:       # a size the backward uses but no saved value carries: save an input that does
         saved += _size_carriers(a, saved, env)
     fw = _extract(a, a.primals, a.fwd_outputs + saved, f"{strategy}_forward", env)
@@ -331,15 +333,6 @@ def _attr(gm, target):
     for part in target.split("."):
         obj = getattr(obj, part)
     return obj
-
-
-def _shape_env(a: _Joint):
-    """The ShapeEnv of a symbolic joint graph (None when static)."""
-    for p in a.primals + a.tangents:
-        mode = getattr(p.meta.get("val"), "fake_mode", None)
-        if getattr(mode, "shape_env", None) is not None:
-            return mode.shape_env
-    return None
 
 
 def _size_carriers(a: _Joint, saved, env) -> list:

@@ -4,7 +4,7 @@ one forward and one backward graph for every size a ``dynamic=True`` capture adm
 A ``dynamic=True`` capture hands the backend a graph whose ``meta["val"]`` are symbolic fake
 tensors of one ``ShapeEnv`` (capture/symbolic.py).  The AOT layer keeps those symbols:
 
-* :func:`retrace_shapes` gives the retracing tracers (dispatch_trace.py, joint.py) a
+* :class:`RetraceShapes` gives the retracing tracers (dispatch_trace.py, joint.py) a
   :class:`~tensorplay.compiler.capture.symbolic.SymbolicShapes` over the capture's *own* shape
   environment and fake mode, whose placeholders are the given fakes (the captured inputs', then
   the tangents'); every op the retrace records — the forward's and the derivative formulas' — runs
@@ -29,30 +29,15 @@ import torch
 from ..capture.symbolic import SymbolicShapes, SymbolSource, _map_leaves
 from ..graph.node import _is_size_expr
 
-__all__ = ["shape_env_of", "retrace_shapes", "RetraceShapes", "bind_sizes", "unbound_symbols", "used_symbols",
+__all__ = ["RetraceShapes", "bind_sizes", "unbound_symbols", "used_symbols",
            "use_symbolic_meta"]
-
-
-def _fake_mode(v):
-    mode = getattr(v, "fake_mode", None)
-    return mode if mode is not None and getattr(mode, "shape_env", None) is not None else None
-
-
-def shape_env_of(gm):
-    """The fake mode of a symbolic graph (a ``dynamic=True`` capture's), read from its placeholders'
-    ``meta["val"]``; None for a static graph."""
-    for p in gm.graph.placeholders:
-        mode = _fake_mode(p.meta.get("val"))
-        if mode is not None:
-            return mode
-    return None
 
 
 class RetraceShapes(SymbolicShapes):
     """A capture's shape environment and fake mode seen by a retrace: placeholder ``i`` is the
-    ``i``-th given fake (no new symbol is created); an op whose output size depends on values
-    (``x[mask]``) gets the captured node's value (``captured``: the capture checks that size with a
-    shape gate before every call)."""
+    ``i``-th given fake (no new symbol is created).  A recorded node whose op cannot run on fakes —
+    its output size depends on values (``x[mask]``) — gets the node's captured value (``captured``,
+    set by ``retrace_nodes``; the capture checks that size with a shape gate before every call)."""
 
     def __init__(self, mode, fakes):
         self.env = mode.shape_env
@@ -84,15 +69,6 @@ class RetraceShapes(SymbolicShapes):
                 return int(e)
             return self.env.create_symintnode(e, hint=self.hint(e))
         return _map_leaves(x, leaf)
-
-
-def retrace_shapes(gm, extra=()):
-    """The :class:`RetraceShapes` for retracing ``gm`` (its placeholders' fakes, then ``extra``),
-    or None when ``gm`` is static."""
-    mode = shape_env_of(gm)
-    if mode is None:
-        return None
-    return RetraceShapes(mode, [p.meta["val"] for p in gm.graph.placeholders] + list(extra))
 
 
 def use_symbolic_meta(graph):

@@ -14,7 +14,8 @@ def is_tensor(x) -> bool:
 def sum_to(g, shape):
     """Reduce a broadcast gradient ``g`` back to ``shape`` (the adjoint of broadcasting)."""
     shape = tuple(shape)
-    if tuple(g.shape) == shape:
+    # (the rank first: comparing sizes of different ranks would record shape guards such as s0 != 7)
+    if g.dim() == len(shape) and tuple(g.shape) == shape:
         return g
     lead = g.dim() - len(shape)
     dims = list(range(lead)) + [lead + i for i, s in enumerate(shape) if s == 1 and g.shape[lead + i] != 1]

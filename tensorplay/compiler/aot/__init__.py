@@ -6,6 +6,8 @@
                       saved values
   function.py         the runtime: a tp.autograd.Function running the compiled forward and the
                       lazily compiled backward; the ``aot_backend`` used by "stax" and "aot_eager"
+  sizes.py            the same stages on a dynamic=True capture's symbolic sizes: one forward and
+                      one backward graph for every size
 """
 from __future__ import annotations
 

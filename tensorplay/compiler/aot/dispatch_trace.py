@@ -38,7 +38,8 @@ from ..capture.tracer import Tracer
 from ..graph import GraphModule
 from ..graph.node import map_arg
 
-__all__ = ["dispatch_trace", "DispatchTrace", "tracing", "retrace_nodes", "fix_devices", "meta_like"]
+__all__ = ["dispatch_trace", "DispatchTrace", "tracing", "retrace_nodes", "fix_devices", "meta_like",
+           "symbolic_tracer", "is_symbolic", "fake_mode_of", "finish_symbolic"]
 
 
 @dataclasses.dataclass
@@ -48,12 +49,19 @@ class DispatchTrace:
     mutated_inputs: list       # placeholder index of each extra output
 
 
+def _hints(sizes):
+    """Sizes (ints or SymInts) at the sample's values, recording no guard."""
+    return [int(s.node.hint) if isinstance(s, torch.SymInt) else s for s in sizes]
+
+
 def _empty_meta(d):
-    return torch.empty_strided(d.shape, d.stride(), dtype=d.dtype, device="meta")
+    """A meta tensor with ``d``'s dtype and layout (symbolic sizes at their hints)."""
+    return torch.empty_strided(_hints(d.shape), _hints(d.stride()), dtype=d.dtype, device="meta")
 
 
 def meta_like(t) -> Tensor:
-    """A tp tensor on the meta device with ``t``'s shape, dtype and strides."""
+    """A tp tensor on the meta device with ``t``'s shape, dtype and strides (a symbolic fake's at
+    the hints)."""
     return _wrap(_empty_meta(t._data if isinstance(t, Tensor) else t))
 
 
@@ -73,8 +81,10 @@ def tracing(tracer: Tracer):
         registry.pre_observers.remove(tracer.before_op)
 
 
-def retrace_nodes(gm, inputs, *, on_writeback=None) -> tuple[dict, tuple]:
+def retrace_nodes(gm, inputs, *, on_writeback=None, sym=None) -> tuple[dict, tuple]:
     """Run ``gm``'s nodes on ``inputs`` (proxies) through the dispatcher, inside an active tracer.
+    ``sym``: the tracer's :class:`~.sizes.RetraceShapes` when ``gm`` is symbolic (size arguments
+    become SymInts of the capture's environment).
 
     Returns ``(env, outputs)``: ``env`` maps every node of ``gm`` to its value (a proxy, a tuple of
     proxies for multi-output ops, or a Python value).  Write-back nodes are not run: ``on_writeback
@@ -104,11 +114,16 @@ def retrace_nodes(gm, inputs, *, on_writeback=None) -> tuple[dict, tuple]:
                 continue
             args = map_arg(n.args, env.__getitem__)
             kwargs = map_arg(n.kwargs, env.__getitem__)
+            if sym is not None:
+                args, kwargs = sym.symints(args), {k: sym.symints(v) for k, v in kwargs.items()}
+                sym.captured = n.meta.get("val")
             registry.shape_hints.append(_captured_value(n))
             try:
                 env[n] = n.target(*args, **kwargs)
             finally:
                 registry.shape_hints.pop()
+                if sym is not None:
+                    sym.captured = None
         else:
             raise NotImplementedError(f"AOT: cannot retrace node {n.name} with opcode {n.op!r}")
     return env, outs
@@ -158,9 +173,44 @@ def region_device(example_inputs):
     return torch.device("cpu")
 
 
+def symbolic_tracer(gm, extra_fakes=()) -> Tracer:
+    """A symbolic-proxy tracer (execute=False) for retracing ``gm``; when ``gm`` is symbolic (a
+    ``dynamic=True`` capture) its ops also run on the capture's fakes, placeholders first being
+    ``gm``'s own, then ``extra_fakes`` (:mod:`.sizes`)."""
+    tr = Tracer(execute=False)
+    mode = fake_mode_of(gm)
+    if mode is not None:
+        from .sizes import RetraceShapes
+        tr.sym = RetraceShapes(mode, [p.meta["val"] for p in gm.graph.placeholders] + list(extra_fakes))
+    return tr
+
+
+def fake_mode_of(gm):
+    """The fake mode (with its ShapeEnv) of a symbolic graph — a ``dynamic=True`` capture's, read
+    from its placeholders' ``meta["val"]`` — or None for a static graph."""
+    for p in gm.graph.placeholders:
+        mode = getattr(p.meta.get("val"), "fake_mode", None)
+        if getattr(mode, "shape_env", None) is not None:
+            return mode
+    return None
+
+
+def is_symbolic(gm) -> bool:
+    """Do ``gm``'s placeholders carry symbolic fakes (a ``dynamic=True`` capture)?"""
+    return fake_mode_of(gm) is not None
+
+
+def finish_symbolic(tr: Tracer, what):
+    """End of a symbolic retrace: ``meta["val"]`` are the fakes, ``size_symbols`` bound."""
+    if tr.sym is not None:
+        from .sizes import bind_sizes, use_symbolic_meta
+        use_symbolic_meta(tr.graph)
+        bind_sizes(tr.graph, tr.sym.env, what=what)
+
+
 def dispatch_trace(gm, example_inputs, *, basis=None, decompose_if=None, name="aot_forward") -> DispatchTrace:
     """Retrace ``gm`` (functionalised) at the dispatcher level (see the module docstring)."""
-    tr = Tracer(execute=False)
+    tr = symbolic_tracer(gm)
     names = [n.name for n in gm.graph.placeholders]
     if len(names) != len(example_inputs):
         raise ValueError(f"dispatch_trace: the graph has {len(names)} inputs, got {len(example_inputs)} examples")
@@ -171,10 +221,11 @@ def dispatch_trace(gm, example_inputs, *, basis=None, decompose_if=None, name="a
         mutated.append(i)
         new_vals.append(v)
     with tracing(tr):
-        _, outs = retrace_nodes(gm, proxies, on_writeback=on_writeback)
+        _, outs = retrace_nodes(gm, proxies, on_writeback=on_writeback, sym=tr.sym)
         out_nodes = [tr.node_of(o) for o in list(outs) + new_vals]
     tr.graph.output(tuple(out_nodes))
     fix_devices(tr.graph, region_device(example_inputs))
+    finish_symbolic(tr, "forward graph")
     tr.graph.lint()
     new = GraphModule(tr.graph, dict(tr.constants), name=name)
     tr.release()

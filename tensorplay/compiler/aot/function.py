@@ -11,7 +11,9 @@ outputs, then the saved values) and keeps exactly the partitioner's saved values
 
 * compiles the **backward graph at the first backward()** (``bw_compiler``; a failure there warns and
   runs the graph compiled by ``bw_fallback`` instead -- the backends pass the eager backend's op-by-op
-  ``raw_function`` -- unless ``strict_native`` or no ``bw_fallback`` is given);
+  ``raw_function`` -- unless ``strict_native`` or no ``bw_fallback`` is given); with symbolic sizes
+  (a ``dynamic=True`` capture, :mod:`.sizes`) it is compiled together with the forward instead, on
+  zero-filled example inputs at the hint sizes, so that its shape guards enter the key;
 * gives the compiled backward the saved values and one tangent per differentiable output (laid out
   as the backward graph expects: incoming gradients with other strides are copied);
 * returns one gradient per input (None where none), which the engine accumulates into ``.grad`` of
@@ -42,6 +44,7 @@ from ..._tensor import Tensor, _wrap
 from ...autograd import grad_mode
 from ...autograd.function import Function
 from ..graph import GraphModule
+from .dispatch_trace import _hints, is_symbolic
 from .joint import build_joint
 
 __all__ = ["aot_backend", "aot_lower", "AOTRuntime", "CompiledRegionFunction", "AOTLowered", "DoubleBackwardError"]
@@ -101,7 +104,17 @@ def _detached(t):
 
 
 def _example_from_meta(v):
-    return _wrap(torch.empty_strided(v.shape, v.stride(), dtype=v.dtype).zero_())
+    """A zero-filled tensor with the layout of meta value ``v`` (symbolic sizes at their hints)."""
+    return _wrap(torch.empty_strided(_hints(v.shape), _hints(v.stride()), dtype=v.dtype).zero_())
+
+
+def _contiguous_strides(shape) -> tuple:
+    """The strides ``torch.empty(shape)`` has (the layout of every tangent placeholder)."""
+    out, acc = [], 1
+    for s in reversed(shape):
+        out.append(acc)
+        acc *= max(s, 1)
+    return tuple(reversed(out))
 
 
 def compact_outputs(gm):
@@ -124,6 +137,8 @@ class CompiledRegionFunction(Function):
         outs = rt.fw(*args)
         n = rt.num_fwd
         ctx.rt = rt
+        if rt.symbolic:     # the sizes of this call, for the tangents of outputs that get no gradient
+            ctx.out_shapes = [outs[i].shape for i in rt.diff_idx]
         saved = outs[n:]
         if rt.mutated:
             saved = rt.protect_saved(saved, args)
@@ -144,7 +159,8 @@ class CompiledRegionFunction(Function):
                 f"not supported (§5.7): the compiled backward graph is not itself differentiable. Compute "
                 f"higher-order gradients eagerly (tp.compile(..., disable=True) or backend='eager').")
         saved = ctx.saved_tensors
-        tangents = [rt.tangent(k, grads[i]) for k, i in enumerate(rt.diff_idx)]
+        shapes = ctx.out_shapes if rt.symbolic else rt.tangent_shapes
+        tangents = [rt.tangent(k, grads[i], shapes[k]) for k, i in enumerate(rt.diff_idx)]
         bw = rt.backward_fn(saved, tangents)
         res = bw(*saved, *tangents)
         out = [None] * rt.n_grads
@@ -175,10 +191,20 @@ class AOTRuntime:
         ph = self.bw_gm.graph.placeholders
         n_saved = len(ph) - len(self.diff_idx)
         self.tangent_meta = [p.meta.get("val") for p in ph[n_saved:]]
+        # symbolic sizes (a dynamic=True capture, aot/sizes.py): one forward and one backward graph
+        # serve every size; a tangent's expected layout is computed from the call's sizes
+        self.symbolic = is_symbolic(part.fw_gm)
+        self.tangent_shapes = None if self.symbolic else [tuple(m.shape) for m in self.tangent_meta]
+        self.tangent_strides = None if self.symbolic else [tuple(m.stride()) for m in self.tangent_meta]
         self._bw = None
         self.bw_compiles = 0     # backward graphs built (CompiledFunction.counters["backward_compiles"])
         if strict_native and check_native is not None:
             check_native(self.bw_gm, [_example_from_meta(p.meta["val"]) for p in ph])
+        if self.symbolic:
+            # compiled now, not at the first backward: what the backward compiler assumes about sizes
+            # (its shape guards) must reach the key, which is built when the backend returns (as
+            # PyTorch compiles the backward eagerly when symbolic sizes are saved for it)
+            self.backward_fn(None, None)
         self.source = getattr(self.fw, "source", None)
 
     # -- forward ---------------------------------------------------------------------------------
@@ -211,21 +237,29 @@ class AOTRuntime:
                      for s in saved)
 
     # -- backward --------------------------------------------------------------------------------
-    def tangent(self, k, g):
+    def tangent(self, k, g, shape):
+        """The incoming gradient of differentiable output ``k`` (of size ``shape`` at this call) in
+        the layout the backward graph expects: contiguous (zeros for ``None``)."""
         meta = self.tangent_meta[k]
         if g is None:
-            return _wrap(torch.zeros(meta.shape, dtype=meta.dtype))
+            return _wrap(torch.zeros(shape, dtype=meta.dtype))
         d = g._data
-        if meta is not None and (tuple(d.stride()) != tuple(meta.stride()) or d.storage_offset() != 0):
+        want = self.tangent_strides[k] if self.tangent_strides is not None else _contiguous_strides(d.shape)
+        if tuple(d.stride()) != want or d.storage_offset() != 0:
             # e.g. the expanded gradient of a sum: give the compiled backward the layout it expects
-            d = torch.empty_strided(meta.shape, meta.stride(), dtype=d.dtype, device=d.device).copy_(d)
+            d = torch.empty_strided(d.shape, want, dtype=d.dtype, device=d.device).copy_(d)
             return _wrap(d)
         return g
 
     def backward_fn(self, saved, tangents):
-        """The compiled backward, built at the first backward() (§11.6)."""
+        """The compiled backward, built at the first backward() (§11.6) — or, with symbolic sizes,
+        when the forward is compiled; its example inputs are then zero-filled tensors at the hint
+        sizes (the sample's), laid out as the backward graph's placeholders."""
         if self._bw is None:
-            example = [_detached(t) for t in saved] + [_detached(t) for t in tangents]
+            if saved is None:
+                example = [_example_from_meta(p.meta["val"]) for p in self.bw_gm.graph.placeholders]
+            else:
+                example = [_detached(t) for t in saved] + [_detached(t) for t in tangents]
             self.bw_compiles += 1
             try:
                 self._bw = self._bw_compiler(self.bw_gm, example)

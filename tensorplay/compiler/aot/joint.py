@@ -50,13 +50,14 @@ import operator
 
 import torch
 
-from ..._tensor import Tensor
+from ..._tensor import Tensor, _wrap
 from ...autograd.graph import _flatten_grads, _tensor_slots
 from ...ops.registry import OPS
 from ..capture.tracer import Tracer
 from ..graph import GraphModule
 from ..graph.node import Node
-from .dispatch_trace import dispatch_trace, fix_devices, meta_like, region_device, retrace_nodes, tracing
+from .dispatch_trace import (dispatch_trace, fake_mode_of, finish_symbolic, fix_devices, is_symbolic, meta_like,
+                             region_device, retrace_nodes, symbolic_tracer, tracing)
 
 __all__ = ["build_joint", "JointGraph", "requires_grad_map"]
 
@@ -168,16 +169,15 @@ def build_joint(gm, example_inputs, *, basis=None, decompose_if=None, run_passes
                       for i, o in enumerate(out_nodes)]
     device = region_device(example_inputs)
 
+    tan_vals = [o.meta["val"] for i, o in enumerate(out_nodes) if differentiable[i]]
     tr = Tracer(execute=False)
+    if is_symbolic(fgm):      # symbolic sizes: the tangents are contiguous fakes of the outputs' shapes
+        tr = symbolic_tracer(fgm, [_tangent_fake(fgm, v) for v in tan_vals])
     primals = [tr.placeholder(f"primals_{i}", meta_like(t)) for i, t in enumerate(example_inputs)]
-    tangents = []
-    for i, o in enumerate(out_nodes):
-        if differentiable[i]:
-            v = o.meta["val"]
-            tangents.append(tr.placeholder(f"tangents_{len(tangents)}",
-                                           meta_like(torch.empty(v.shape, dtype=v.dtype, device="meta"))))
+    tangents = [tr.placeholder(f"tangents_{k}", _wrap(torch.empty(meta_like(v).shape, dtype=v.dtype, device="meta")))
+                for k, v in enumerate(tan_vals)]
     with tracing(tr):
-        env, fwd_outs = retrace_nodes(fgm, primals)
+        env, fwd_outs = retrace_nodes(fgm, primals, sym=tr.sym)
         grads: dict = {}
 
         def acc(node, g):
@@ -210,10 +210,13 @@ def build_joint(gm, example_inputs, *, basis=None, decompose_if=None, run_passes
             gl = [g if g is not None or not isinstance(m, torch.Tensor) else _zeros(m, device)
                   for g, m in zip(gl, metas)]
             slot_nodes = _tensor_slots(op, n.args)
-            ctx = _JointCtx(op, [env.get(a, a) if isinstance(a, Node) else _map_env(a, env) for a in n.args],
-                            result, _needs(op, slot_nodes, n.args, rg))
-            slot_meta = tuple((s.meta["val"].shape, s.meta["val"].dtype) if isinstance(s, Node) and rg[s] else None
-                              for s in slot_nodes)
+            values = [env.get(a, a) if isinstance(a, Node) else _map_env(a, env) for a in n.args]
+            if tr.sym is not None:       # size expressions of the node's arguments as SymInts
+                values = tr.sym.symints(values)
+            ctx = _JointCtx(op, values, result, _needs(op, slot_nodes, n.args, rg))
+            # (the engine's shape check compares the sample's sizes: the proxies' data are at the hints)
+            slot_meta = tuple((meta_like(s.meta["val"]).shape, s.meta["val"].dtype)
+                              if isinstance(s, Node) and rg[s] else None for s in slot_nodes)
             try:
                 res = op.backward(ctx, *gl)
                 flat = _flatten_grads(op, res, slot_meta)
@@ -232,6 +235,7 @@ def build_joint(gm, example_inputs, *, basis=None, decompose_if=None, run_passes
         outs = [tr.node_of(o) for o in fwd_outs] + [tr.node_of(g) if g is not None else None for g in grad_outs]
     tr.graph.output(tuple(outs))
     fix_devices(tr.graph, device)
+    finish_symbolic(tr, "joint graph")
     tr.graph.lint()
     jgm = GraphModule(tr.graph, dict(tr.constants), name=name)
     tr.release()
@@ -239,6 +243,12 @@ def build_joint(gm, example_inputs, *, basis=None, decompose_if=None, run_passes
         from ..passes.pipeline import run_passes as _run
         _run(jgm, basis=basis)
     return JointGraph(jgm, len(fwd_outs), primal_rg, differentiable, n_user, list(fwd.mutated_inputs))
+
+
+def _tangent_fake(fgm, v):
+    """The tangent of symbolic output ``v``: a contiguous fake of its shape in the capture's mode."""
+    with fake_mode_of(fgm):
+        return torch.empty(v.shape, dtype=v.dtype, device="meta")
 
 
 def _map_env(a, env):

@@ -76,6 +76,7 @@ import torch
 from ..capture.gates import backward_slice
 from ..graph import Graph, GraphModule
 from ..graph.node import Node, map_arg
+from .dispatch_trace import fake_mode_of
 
 __all__ = ["SavedValue", "Partition", "default_partition", "min_cut_partition", "PARTITIONERS",
            "remat_network", "is_cheap", "value_bytes", "format_saved", "MAX_RECOMPUTE_FANOUT", "beta", "min_slots",
@@ -136,14 +137,25 @@ def format_saved(saved, title="saved for backward") -> str:
 # cost model
 # ---------------------------------------------------------------------------------------------
 def value_bytes(node: Node):
-    """``numel * itemsize`` of the node's meta value; None when it cannot be saved as one tensor."""
+    """``numel * itemsize`` of the node's meta value (symbolic sizes at their hints: the sample's
+    bytes, no guard recorded); None when it cannot be saved as one tensor."""
     v = node.meta.get("val")
     if not isinstance(v, torch.Tensor):
         return None
-    try:
-        return int(v.numel()) * v.element_size()
-    except (TypeError, RuntimeError):      # symbolic sizes: unknown, treat as unsaveable
-        return None
+    n = v.numel()
+    if isinstance(n, torch.SymInt):
+        n = n.node.hint
+        if n is None:                      # a size without a sample value: not saveable
+            return None
+    return int(n) * v.element_size()
+
+
+def _size(s):
+    """A saved value's size for :class:`SavedValue`: an int, or (symbolic) its expression."""
+    if not isinstance(s, torch.SymInt):
+        return int(s)
+    e = s.node.shape_env.replace(s.node.expr)
+    return int(e) if e.is_Integer else e
 
 
 def is_cheap(node: Node) -> bool:
@@ -300,14 +312,19 @@ def _build(a: _Joint, saved: set, strategy: str) -> Partition:
             raise RuntimeError(f"partition ({strategy}): saved value {s.name} depends on a tangent")
         if value_bytes(s) is None:
             raise RuntimeError(f"partition ({strategy}): cannot save {s.name} (not a single tensor of known size)")
-    fw = _extract(a, a.primals, a.fwd_outputs + saved, f"{strategy}_forward")
-    bw = _extract(a, saved + a.tangents, a.grads, f"{strategy}_backward")
+    mode = fake_mode_of(a.gm)
+    env = None if mode is None else mode.shape_env
+    if env is not None:       # a size the backward uses but no saved value carries: save an input that does
+        saved += _size_carriers(a, saved, env)
+    fw = _extract(a, a.primals, a.fwd_outputs + saved, f"{strategy}_forward", env)
+    bw = _extract(a, saved + a.tangents, a.grads, f"{strategy}_backward", env)
     fw_names = {n.name for n in fw.graph.nodes if n.op == "call_function"}
     recomputed = [n.name for n in bw.graph.nodes if n.op == "call_function" and n.name in fw_names]
     descr = []
     for s in saved:
         v = s.meta["val"]
-        descr.append(SavedValue(s.name, tuple(v.shape), v.dtype, value_bytes(s), s.op == "placeholder"))
+        descr.append(SavedValue(s.name, tuple(_size(d) for d in v.shape), v.dtype, value_bytes(s),
+                                s.op == "placeholder"))
     return Partition(fw, bw, descr, len(a.fwd_outputs), strategy, recomputed)
 
 
@@ -318,7 +335,24 @@ def _attr(gm, target):
     return obj
 
 
-def _extract(a: _Joint, inputs, outputs, name) -> GraphModule:
+def _size_carriers(a: _Joint, saved, env) -> list:
+    """Primals to save besides ``saved`` so that every size symbol the backward uses is a size of
+    one of its inputs (the backward reads its sizes from its inputs: ``Graph.size_symbols``)."""
+    from .sizes import unbound_symbols
+    probe = _extract(a, saved + a.tangents, a.grads, "probe", None)
+    missing = unbound_symbols(probe.graph, env)
+    extra = []
+    for sym in sorted(missing, key=str):
+        for p in a.primals:
+            v = p.meta.get("val")
+            if p not in saved and p not in extra and isinstance(v, torch.Tensor) and any(
+                    isinstance(d, torch.SymInt) and sym in (d.node.expr, env.replace(d.node.expr)) for d in v.shape):
+                extra.append(p)
+                break
+    return extra
+
+
+def _extract(a: _Joint, inputs, outputs, name, shape_env=None) -> GraphModule:
     """A new GraphModule computing ``outputs`` from ``inputs`` with the joint graph's nodes."""
     ins = list(dict.fromkeys(inputs))
     needed = _closure([o for o in outputs if isinstance(o, Node)], stop=ins)
@@ -345,6 +379,9 @@ def _extract(a: _Joint, inputs, outputs, name) -> GraphModule:
         env[n] = new
     g.output(tuple(env[o] if isinstance(o, Node) else o for o in outputs))
     g.lint()
+    if shape_env is not None:
+        from .sizes import bind_sizes
+        bind_sizes(g, shape_env, what=name.replace("_", " ") + " graph")
     return GraphModule(g, attrs, name=name)
 
 

@@ -136,5 +136,5 @@ def aot_eager_backend(gm, example_inputs, *, options=None, strict_native=False, 
                        options=options, bw_fallback=raw_function)
 
 
-aot_eager_backend.dynamic_shapes = False   # AOT traces the joint graph on the sample's sizes
+aot_eager_backend.dynamic_shapes = True    # AOT keeps the capture's size symbols (aot/sizes.py)
 register_backend(aot_eager_backend, name="aot_eager")

@@ -57,7 +57,9 @@ def _map_leaves(x, f):
         return [_map_leaves(v, f) for v in x]
     if isinstance(x, tuple):
         vals = [_map_leaves(v, f) for v in x]
-        return type(x)(*vals) if hasattr(x, "_fields") else type(x)(vals)
+        if hasattr(x, "_fields"):
+            return type(x)(*vals)
+        return tuple(vals) if isinstance(x, torch.Size) else type(x)(vals)   # (a Size holds no expression)
     if isinstance(x, slice):
         return slice(_map_leaves(x.start, f), _map_leaves(x.stop, f), _map_leaves(x.step, f))
     return f(x)

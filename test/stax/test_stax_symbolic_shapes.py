@@ -2,9 +2,9 @@
 
 ``tp.compile(fn, dynamic=True)``: input sizes other than 0 and 1 are symbols, so one artifact
 serves every size its shape guards accept.  A *counting backend* runs the captured graph and counts
-how many artifacts were made.  The Stax backend's kernels take no size arguments yet: it receives
-the graph specialised to the sample's sizes (a guard per size) — correct for every size, one
-artifact per size (asserted below, so the day it changes this test says so).
+how many artifacts were made.  Stax kernels take the sizes as arguments (one artifact too); a graph
+Stax cannot compile symbolically is specialised to the sample's sizes with a recorded reason
+(test/stax/test_stax_symbolic_kernels.py checks the kernels themselves).
 """
 import os
 import random
@@ -116,8 +116,8 @@ def test_results_equal_eager_for_every_size(backend):
         got = cf(x, w)
         ref = f(x, w)
         assert got.shape == ref.shape and torch.allclose(got._data, ref._data, atol=1e-6)
-    if backend == "stax":
-        assert cf.counters["captures"] == 7         # static kernels: one per size (module doc)
+    if any(e.lowered.specialized_reason for e in cf._cache):
+        assert cf.counters["captures"] <= 7         # specialised by the backend: one per size
     else:
         assert cf.counters["captures"] <= 4         # even/odd rows, c == 1, n == 1
 
@@ -159,7 +159,7 @@ def test_training_a_module_over_batch_sizes(backend):
         r.square().sum().backward()
         for p, q in zip(m.parameters(), ref.parameters()):
             assert torch.allclose(p.grad._data, q.grad._data, atol=1e-5)
-    assert cm.counters["captures"] == (1 if backend == "eager" else 3)
+    assert cm.counters["captures"] == 1
 
 
 def test_gpt_forward_and_training_one_artifact_over_batch_and_sequence_lengths():

@@ -40,15 +40,14 @@ class RetraceShapes(SymbolicShapes):
     set by ``retrace_nodes``; the capture checks that size with a shape gate before every call)."""
 
     def __init__(self, mode, fakes):
+        super().__init__(unbacked=False)    # (the capture's state fields; env and mode replaced below)
         self.env = mode.shape_env
         self.mode = mode
-        self.sources = {}
-        self.inputs = []
         self._given = list(fakes)
         self.captured = None
 
-    def input_fake(self, t, placeholder, index, name):
-        return self._given[index]
+    def input_fake(self, t, placeholder, index, name, dims=None, marks=None):
+        return self._given[index]     # (the capture's fake: its symbols were chosen there)
 
     def run(self, op, args):
         try:

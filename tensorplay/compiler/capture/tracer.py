@@ -148,7 +148,7 @@ class Tracer:
         self.graph = Graph()
         # dynamic=True or {leaf index: dims}: the symbolic shadow run (symbolic.py); None: static shapes
         self.sym = None
-        self._dims = None if dynamic is True else dynamic
+        self._dims = dynamic if isinstance(dynamic, dict) else None   # (AOT sets .sym on a static tracer)
         if dynamic is True or isinstance(dynamic, dict):
             # (imported only then: a warm process imports neither sympy nor fake tensors)
             from .symbolic import SymbolicShapes

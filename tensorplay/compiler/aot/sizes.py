@@ -40,18 +40,16 @@ class RetraceShapes(SymbolicShapes):
     set by ``retrace_nodes``; the capture checks that size with a shape gate before every call)."""
 
     def __init__(self, mode, fakes):
-        super().__init__(unbacked=False)    # (the capture's state fields; env and mode replaced below)
-        self.env = mode.shape_env
-        self.mode = mode
+        super().__init__(unbacked=False, mode=mode)
         self._given = list(fakes)
         self.captured = None
 
     def input_fake(self, t, placeholder, index, name, dims=None, marks=None):
         return self._given[index]     # (the capture's fake: its symbols were chosen there)
 
-    def run(self, op, args):
+    def run(self, op, args, device="cpu"):
         try:
-            return super().run(op, args)
+            return super().run(op, args, device)
         except Exception:
             if self.captured is None:
                 raise

@@ -126,11 +126,14 @@ def bucket_of(n: int) -> tuple:
 class SymbolicShapes:
     """One capture's shape environment and fake-tensor mode (module doc)."""
 
-    def __init__(self, unbacked=True, buckets=False):
+    def __init__(self, unbacked=True, buckets=False, mode=None):
+        """``mode``: an existing FakeTensorMode to share (its ShapeEnv too); else a new one."""
         from torch._subclasses.fake_tensor import FakeTensorMode
         from torch.fx.experimental.symbolic_shapes import ShapeEnv
-        self.env = ShapeEnv(duck_shape=False, specialize_zero_one=True)
-        self.mode = FakeTensorMode(shape_env=self.env, allow_non_fake_inputs=False)
+        if mode is None:
+            mode = FakeTensorMode(shape_env=ShapeEnv(duck_shape=False, specialize_zero_one=True),
+                                  allow_non_fake_inputs=False)
+        self.mode, self.env = mode, mode.shape_env
         self.sources: dict[sympy.Symbol, SymbolSource] = {}
         self.inputs: list = []     # (flat leaf index, human name, fake) of every tensor input
         #: data-dependent output sizes become unbacked symbols (dynamic=True); False: the shadow

@@ -544,15 +544,9 @@ class CompiledFunction:
         sym = lowered.capture.symbolic
         backend_call = self.backend
         if sym is not None and not getattr(self.backend, "dynamic_shapes", True):
-            unbacked = sym.unbacked_in(gm)
-            if unbacked:     # static kernels cannot take a size known only when the program runs
-                msg = (f"tp.compile({self.name}): backend {self.backend_name!r} compiles static sizes only, and this "
-                       f"graph has data-dependent sizes ({unbacked})")
-                if self.strict_native:
-                    raise BackendCompilerError(msg + " (strict_native=True)")
-                _warn_user(msg + "; running the captured graph op by op instead")
-                from .backends.eager import eager_backend
-                return eager_backend(gm, example)
+            eager = self._no_static_form(gm, example, sym, "compiles static sizes only")
+            if eager is not None:
+                return eager
             tops = {}
             if self.options["dynamic.buckets"]:
                 from .specialize.padding import padded_dims
@@ -565,30 +559,55 @@ class CompiledFunction:
                 from .capture.symbolic import specialize_graph
                 gm = specialize_graph(gm, sym)     # a backend with static kernels: guarded to the sample's sizes
         try:
-            try:
-                return backend_call(gm, example, options=self.options, strict_native=self.strict_native)
-            except StaticShapesRequired as e:
-                if sym is None:
-                    raise
-                from .capture.symbolic import specialize_graph
-                lowered.specialized_reason = str(e)
-                unbacked = sym.unbacked_in(gm)
-                if unbacked:   # nothing to specialise a data-dependent size to
-                    raise RuntimeError(f"the backend needs static sizes ({e}) and this graph has data-dependent "
-                                       f"sizes ({unbacked})") from e
-                if _log_recompiles():
-                    print(f"[tp.compile] {self.name}: backend {self.backend_name!r} specialises this graph to the "
-                          f"sample's sizes: {e}", file=sys.stderr)
-                gm = specialize_graph(gm, sym)
-                return self.backend(gm, example, options=self.options, strict_native=self.strict_native)
+            return self._run_backend(backend_call, gm, example)
+        except StaticShapesRequired as e:   # a symbolic graph this backend cannot compile symbolically
+            if sym is None:
+                return self._backend_failed(e, gm, example)
+            lowered.specialized_reason = str(e)
+            eager = self._no_static_form(gm, example, sym, f"needs static sizes here ({e})")
+            if eager is not None:
+                return eager
+            if _log_recompiles():
+                print(f"[tp.compile] {self.name}: backend {self.backend_name!r} specialises this graph to the "
+                      f"sample's sizes: {e}", file=sys.stderr)
+            from .capture.symbolic import specialize_graph
+            gm = specialize_graph(gm, sym)
+            return self._run_backend(self.backend, gm, example)
+
+    def _run_backend(self, call, gm, example):
+        """``call(gm, example, ...)``; a failure other than StaticShapesRequired falls back
+        (:meth:`_backend_failed`)."""
+        try:
+            return call(gm, example, options=self.options, strict_native=self.strict_native)
+        except StaticShapesRequired:
+            raise
         except Exception as e:
-            if self.strict_native:
-                raise BackendCompilerError(f"tp.compile({self.name}): backend {self.backend_name!r} failed with "
-                                           f"strict_native=True: {type(e).__name__}: {e}") from e
-            _warn_user(f"tp.compile({self.name}): backend {self.backend_name!r} failed ({type(e).__name__}: {e}); "
-                       f"running the captured graph op by op instead")
-            from .backends.eager import eager_backend
-            return eager_backend(gm, example)
+            return self._backend_failed(e, gm, example)
+
+    def _backend_failed(self, e, gm, example):
+        """The captured graph op by op (with a warning) after the backend failed; strict_native
+        raises instead."""
+        if self.strict_native:
+            raise BackendCompilerError(f"tp.compile({self.name}): backend {self.backend_name!r} failed with "
+                                       f"strict_native=True: {type(e).__name__}: {e}") from e
+        _warn_user(f"tp.compile({self.name}): backend {self.backend_name!r} failed ({type(e).__name__}: {e}); "
+                   f"running the captured graph op by op instead")
+        from .backends.eager import eager_backend
+        return eager_backend(gm, example)
+
+    def _no_static_form(self, gm, example, sym, why):
+        """A graph with data-dependent sizes has no form with static sizes: the captured graph op by
+        op (with a warning naming the sizes; strict_native raises); None when it has none."""
+        unbacked = sym.unbacked_in(gm)
+        if not unbacked:     # static kernels cannot take a size known only when the program runs
+            return None
+        msg = (f"tp.compile({self.name}): backend {self.backend_name!r} {why}, and this graph has "
+               f"data-dependent sizes ({unbacked})")
+        if self.strict_native:
+            raise BackendCompilerError(msg + " (strict_native=True)")
+        _warn_user(msg + "; running the captured graph op by op instead")
+        from .backends.eager import eager_backend
+        return eager_backend(gm, example)
 
     def lower(self, *args, **kwargs) -> "Lowered":
         """Stage 1–2: capture and run the passes for these inputs (runs the function once with

@@ -34,6 +34,7 @@ import torch
 from ..._tensor import Tensor, _wrap
 from ...autograd import grad_mode
 from ...ops import registry
+from ..capture.symbolic import fake_mode_of, is_symbolic
 from ..capture.tracer import Tracer
 from ..graph import GraphModule
 from ..graph.node import map_arg
@@ -183,21 +184,6 @@ def symbolic_tracer(gm, extra_fakes=()) -> Tracer:
         from .sizes import RetraceShapes
         tr.sym = RetraceShapes(mode, [p.meta["val"] for p in gm.graph.placeholders] + list(extra_fakes))
     return tr
-
-
-def fake_mode_of(gm):
-    """The fake mode (with its ShapeEnv) of a symbolic graph — a ``dynamic=True`` capture's, read
-    from its placeholders' ``meta["val"]`` — or None for a static graph."""
-    for p in gm.graph.placeholders:
-        mode = getattr(p.meta.get("val"), "fake_mode", None)
-        if getattr(mode, "shape_env", None) is not None:
-            return mode
-    return None
-
-
-def is_symbolic(gm) -> bool:
-    """Do ``gm``'s placeholders carry symbolic fakes (a ``dynamic=True`` capture)?"""
-    return fake_mode_of(gm) is not None
 
 
 def finish_symbolic(tr: Tracer, what):

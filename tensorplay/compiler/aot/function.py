@@ -288,8 +288,3 @@ def aot_backend(gm, example_inputs, *, fw_compiler, bw_compiler=None, options=No
     run.source = rt.source
     run.aot = rt
     return run
-
-
-#: the joint graph is traced on the capture's symbolic fakes (aot/sizes.py): a backend may hand
-#: aot_backend a symbolic graph and gets symbolic forward and backward graphs back
-aot_backend.dynamic_shapes = True

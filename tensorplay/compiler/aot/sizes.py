@@ -26,7 +26,7 @@ from __future__ import annotations
 import sympy
 import torch
 
-from ..capture.symbolic import SymbolicShapes, SymbolSource, _map_leaves
+from ..capture.symbolic import SymbolicShapes, SymbolSource, map_leaves
 from ..graph.node import _is_size_expr
 
 __all__ = ["RetraceShapes", "bind_sizes", "unbound_symbols", "used_symbols",
@@ -65,7 +65,7 @@ class RetraceShapes(SymbolicShapes):
             if e.is_Integer:
                 return int(e)
             return self.env.create_symintnode(e, hint=self.hint(e))
-        return _map_leaves(x, leaf)
+        return map_leaves(x, leaf)
 
 
 def use_symbolic_meta(graph):
@@ -100,7 +100,7 @@ def _arg_symbols(a) -> set:
         elif isinstance(x, torch.SymInt):
             found.update(x.node.expr.free_symbols)
         return x
-    _map_leaves(a, leaf)
+    map_leaves(a, leaf)
     return found
 
 

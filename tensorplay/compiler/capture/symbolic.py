@@ -50,19 +50,41 @@ __all__ = ["SymbolicShapes", "SymbolSource", "hints_of", "specialize_graph"]
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
 
 
-def _map_leaves(x, f):
+def map_leaves(x, f):
     """``x`` with ``f`` applied to every leaf inside lists, tuples (named ones too) and slices —
     the shapes op arguments and metadata come in."""
     if isinstance(x, list):
-        return [_map_leaves(v, f) for v in x]
+        return [map_leaves(v, f) for v in x]
     if isinstance(x, tuple):
-        vals = [_map_leaves(v, f) for v in x]
+        vals = [map_leaves(v, f) for v in x]
         if hasattr(x, "_fields"):
             return type(x)(*vals)
         return tuple(vals) if isinstance(x, torch.Size) else type(x)(vals)   # (a Size holds no expression)
     if isinstance(x, slice):
-        return slice(_map_leaves(x.start, f), _map_leaves(x.stop, f), _map_leaves(x.step, f))
+        return slice(map_leaves(x.start, f), map_leaves(x.stop, f), map_leaves(x.step, f))
     return f(x)
+
+
+def fake_mode_of(gm):
+    """The fake mode (with its ShapeEnv) of a symbolic graph — a ``dynamic=True`` capture's, read
+    from its placeholders' ``meta["val"]`` — or None for a static graph."""
+    for p in gm.graph.placeholders:
+        mode = getattr(p.meta.get("val"), "fake_mode", None)
+        if getattr(mode, "shape_env", None) is not None:
+            return mode
+    return None
+
+
+def sample_values(env) -> dict:
+    """A ShapeEnv's backed symbols -> their sample values (the hints; torch versions name the
+    table ``backed_var_to_val`` or ``var_to_val``)."""
+    vals = getattr(env, "backed_var_to_val", None)
+    return env.var_to_val if vals is None else vals
+
+
+def is_symbolic(gm) -> bool:
+    """Do ``gm``'s placeholders carry symbolic fakes (a ``dynamic=True`` capture)?"""
+    return fake_mode_of(gm) is not None
 
 
 def _hint(x, unbacked=None):
@@ -81,7 +103,7 @@ def _hint(x, unbacked=None):
 def hints_of(x, unbacked=None):
     """``x`` with every symbolic number replaced by its sample value (lists, tuples, slices
     recursively): what the real op of the capture run receives."""
-    return _map_leaves(x, lambda v: _hint(v, unbacked) if isinstance(v, _SYM_TYPES) else v)
+    return map_leaves(x, lambda v: _hint(v, unbacked) if isinstance(v, _SYM_TYPES) else v)
 
 
 def _on_meta(x, device="meta"):
@@ -91,7 +113,7 @@ def _on_meta(x, device="meta"):
         if isinstance(t, torch.Tensor) and t.device != torch.device(device):
             return torch.empty_strided(t.shape, t.stride(), dtype=t.dtype, device=device)
         return t
-    return _map_leaves(x, leaf)
+    return map_leaves(x, leaf)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -312,14 +334,11 @@ class SymbolicShapes:
                 return v
             e = self.expr(v)
             return int(e) if e.is_Integer else e
-        return _map_leaves(x, leaf)
+        return map_leaves(x, leaf)
 
     def hint(self, e) -> int:
         """The value of an expression of the input symbols at their hints."""
-        env = self.env
-        vals = getattr(env, "backed_var_to_val", None)
-        vals = env.var_to_val if vals is None else vals
-        v = sympy.sympify(e).xreplace({**dict(vals), **self.unbacked_values})
+        v = sympy.sympify(e).xreplace({**dict(sample_values(self.env)), **self.unbacked_values})
         if not v.is_Integer:
             raise RuntimeError(f"size {e} has no sample value (a data-dependent size)")
         return int(v)
@@ -381,10 +400,10 @@ def specialize_graph(gm, symbolic, values=None):
                                        device="meta")
         return v
     for n in g.nodes:
-        n.args = _map_leaves(n.args, arg)
-        n.kwargs = {k: _map_leaves(v, arg) for k, v in n.kwargs.items()}
+        n.args = map_leaves(n.args, arg)
+        n.kwargs = {k: map_leaves(v, arg) for k, v in n.kwargs.items()}
         if "val" in n.meta:
-            n.meta = {**n.meta, "val": _map_leaves(n.meta["val"], concrete)}
+            n.meta = {**n.meta, "val": map_leaves(n.meta["val"], concrete)}
             n.meta.pop("sym", None)
     g.size_symbols = {}
     return GraphModule(g, dict(gm.attrs), name=gm._name)

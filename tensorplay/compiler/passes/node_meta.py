@@ -36,16 +36,6 @@ def _meta_args(args):
     return map_arg(args, conv)
 
 
-def _tensors(args):
-    out = []
-    for a in args if isinstance(args, (list, tuple)) else (args,):
-        if isinstance(a, torch.Tensor):
-            out.append(a)
-        elif isinstance(a, (list, tuple)):
-            out += _tensors(a)
-    return out
-
-
 class _NoMeta(Exception):
     pass
 
@@ -56,15 +46,15 @@ def set_meta(node: Node, op=None):
     if op is None:
         return
     try:
+        from ..capture.symbolic import _on_meta, map_leaves
         args = _meta_args(node.args)
-        mode = next((v.fake_mode for v in _tensors(args) if getattr(v, "fake_mode", None) is not None), None)
-        if mode is None:
+        modes = []      # the fake mode of a symbolic graph's inputs (dynamic=True), if any
+        map_leaves(args, lambda v: modes.append(v.fake_mode) if getattr(v, "fake_mode", None) is not None else v)
+        if not modes:
             out = op.run_meta(*args)
-        else:   # a symbolic graph (dynamic=True): the op on its inputs' fakes, in their ShapeEnv
+        else:   # the op on its inputs' fakes, in their ShapeEnv
             from torch._dispatch.python import enable_python_dispatcher
-
-            from ..capture.symbolic import _on_meta
-            with mode, enable_python_dispatcher():
+            with modes[0], enable_python_dispatcher():
                 out = op.run_meta(*_on_meta(args))
     except Exception:
         return

@@ -110,11 +110,9 @@ def _reject_fallbacks(fallbacks, where=""):
 
 def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw):
     from ...aot import aot_backend, is_training_region
+    from ...capture.symbolic import is_symbolic
     from ..eager import raw_function
     if is_training_region(example_inputs):
-        if _is_symbolic(gm) and not getattr(aot_backend, "dynamic_shapes", False):
-            from ..registry import StaticShapesRequired
-            raise StaticShapesRequired("AOT autograd traces the joint graph on the sample's sizes")
         # training region (docs/aot.md): joint graph -> partition -> both graphs through this backend
         def native(g, example):
             return stax_backend(g, example, options=options, strict_native=strict_native, **kw)
@@ -130,7 +128,7 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     try:
         rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
     except Exception as e:
-        if not _is_symbolic(gm):
+        if not is_symbolic(gm):
             raise
         from ..registry import StaticShapesRequired
         raise StaticShapesRequired(f"{type(e).__name__}: {e}") from e
@@ -178,11 +176,6 @@ def _compiled_graph(gm, example_inputs, cpp_wrapper):
 def _aot_decompose(node):
     from . import choices
     return choices.aot_decompose(node)
-
-
-def _is_symbolic(gm) -> bool:
-    from .lowering import _fake_mode_of
-    return _fake_mode_of(gm) is not None
 
 
 stax_backend.aot_decompose = _aot_decompose   # read by aot_backend and Lowered.aot

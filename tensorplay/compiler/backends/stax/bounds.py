@@ -46,7 +46,8 @@ INT32 = (-(2 ** 31), 2 ** 31 - 1)
 def _num(x):
     """An integer end point as an int; a symbolic one (an expression of size symbols) as is."""
     if isinstance(x, sympy.Basic):
-        x = sympy.expand(x)
+        if not x.is_Integer:
+            x = sympy.expand(x)
         return int(x) if x.is_Integer else x
     return x
 
@@ -154,8 +155,7 @@ def bound(expr, ranges: dict) -> Interval:
         if e in ranges:
             lo, hi = ranges[e]
             return Interval(lo, hi)
-        from .sizevars import current
-        if e in current().symbols:      # a size symbol: a (symbolic) constant of the kernel
+        if e in _size_symbols():      # a size symbol: a (symbolic) constant of the kernel
             return Interval(e, e)
         raise Unsupported(f"index variable {e} has no known range")
     if isinstance(e, IndirectIndex):

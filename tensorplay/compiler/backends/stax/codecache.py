@@ -399,15 +399,13 @@ def _symbolic_sig(gm) -> str:
     """A symbolic graph's input layouts as expressions and its symbols' ranges ("" when static):
     the code generated for it depends on them (sizevars.py, bounds.py), the hints are in the
     example inputs' part of the key."""
-    import torch
-    parts, env = [], None
-    for n in gm.graph.nodes:
-        v = n.meta.get("val") if n.op == "placeholder" else None
-        if isinstance(v, torch.Tensor) and any(isinstance(x, torch.SymInt) for x in (*v.shape, *v.stride())):
-            env = next(x.node.shape_env for x in (*v.shape, *v.stride()) if isinstance(x, torch.SymInt))
-            parts.append(f"{[str(x) for x in v.shape]}/{[str(x) for x in v.stride()]}")
-    if env is not None:
-        parts += [f"{s}:{r}" for s, r in sorted(env.var_to_range.items(), key=lambda p: str(p[0]))]
+    from ...capture.symbolic import fake_mode_of
+    mode = fake_mode_of(gm)
+    if mode is None:
+        return ""
+    parts = [f"{[str(x) for x in v.shape]}/{[str(x) for x in v.stride()]}"
+             for v in (p.meta.get("val") for p in gm.graph.placeholders) if hasattr(v, "shape")]
+    parts += [f"{s}:{r}" for s, r in sorted(mode.shape_env.var_to_range.items(), key=lambda p: str(p[0]))]
     return "\0".join(parts)
 
 

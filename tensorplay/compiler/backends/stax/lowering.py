@@ -27,6 +27,7 @@ import sympy
 import torch
 
 from ... import config
+from ...capture.symbolic import fake_mode_of, map_leaves
 from ...graph.node import map_arg
 from . import choices
 from .sizevars import SizeVarAllocator
@@ -51,7 +52,7 @@ class GraphLowering:
         self.inputs: list[InputBuffer] = []
         self.constants: dict[str, torch.Tensor] = {}
         self.sizevars = SizeVarAllocator()   # the graph's size symbols (none while shapes are static)
-        self.fake_mode = None            # a symbolic graph's FakeTensorMode (run: _fake_mode_of)
+        self.fake_mode = None            # a symbolic graph's FakeTensorMode (run: fake_mode_of)
         self.buffers: list = []          # ComputedBuffer / ExternBuffer in creation order
         self.env: dict = {}
         self.fallbacks: list[tuple[str, str]] = []
@@ -86,7 +87,7 @@ class GraphLowering:
 
     # -- the walk ---------------------------------------------------------------------------------
     def run(self):
-        self.fake_mode = _fake_mode_of(self.gm)
+        self.fake_mode = fake_mode_of(self.gm)
         if self.fake_mode is None:
             return self._run()
         # a symbolic graph (§10): every node's meta value is seen by the rules as a SymbolicValue
@@ -94,7 +95,7 @@ class GraphLowering:
         saved = {n: n.meta["val"] for n in self.gm.graph.nodes if "val" in n.meta}
         try:
             for n, v in saved.items():
-                n.meta["val"] = _map_values(v, self.symbolic_value)
+                n.meta["val"] = map_leaves(v, self.symbolic_value)
             return self._run()
         finally:
             for n, v in saved.items():
@@ -117,14 +118,12 @@ class GraphLowering:
     def size_args(self, x):
         """Node arguments with every size (SymInt or a capture's sympy expression) as this graph's
         expression (lists, tuples and slices recursively)."""
-        if isinstance(x, (list, tuple)):
-            return type(x)(self.size_args(v) for v in x)
-        if isinstance(x, slice):
-            return slice(self.size_args(x.start), self.size_args(x.stop), self.size_args(x.step))
-        if isinstance(x, (torch.SymInt, sympy.Basic)):
-            e = self.sizevars.from_torch(x)
-            return int(e) if e.is_Integer else e
-        return x
+        def leaf(v):
+            if isinstance(v, (torch.SymInt, sympy.Basic)):
+                e = self.sizevars.from_torch(v)
+                return int(e) if e.is_Integer else e
+            return v
+        return map_leaves(x, leaf)
 
     def run_on_fakes(self, fn, layout, *args):
         """``fn(t, *args)`` on a tensor laid out as ``layout`` (size, stride, offset): a meta tensor
@@ -133,21 +132,21 @@ class GraphLowering:
         if not self.symbolic:
             meta = torch.empty_strided((layout.storage_extent() or 1,), (1,), dtype=layout.dtype, device="meta")
             out = fn(meta.as_strided(layout.size, layout.stride, layout.offset), *args)
-            return _map_values(out, lambda t: (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t._is_view())
+            return map_leaves(out, lambda t: (tuple(t.shape), tuple(t.stride()), t.storage_offset(), t._is_view())
                                if isinstance(t, torch.Tensor) else t)
         from torch._dispatch.python import enable_python_dispatcher
         sym = self._to_symint
         with self.fake_mode, enable_python_dispatcher():
             base = torch.empty_strided((sym(layout.storage_extent()),), (1,), dtype=layout.dtype, device="meta")
             t = base.as_strided([sym(e) for e in layout.size], [sym(e) for e in layout.stride], sym(layout.offset))
-            out = fn(t, *_map_values(list(args), sym))
+            out = fn(t, *map_leaves(list(args), sym))
 
         def back(v):
             if isinstance(v, torch.Tensor):
                 f = self.sizevars.from_torch
                 return (tuple(map(f, v.shape)), tuple(map(f, v.stride())), f(v.storage_offset()), v._is_view())
             return self.size_args(v)
-        return _map_values(out, back)
+        return map_leaves(out, back)
 
     def _to_symint(self, e):
         """A size expression of this graph as a SymInt of the capture's ShapeEnv (an int if static)."""
@@ -374,25 +373,6 @@ class SymbolicValue:
 
     def __getattr__(self, name):
         return getattr(self.fake, name)
-
-
-def _map_values(v, f):
-    """``f`` applied to every leaf of a meta value (tuples and lists of outputs)."""
-    if isinstance(v, (tuple, list)):
-        return type(v)(_map_values(x, f) for x in v)
-    return f(v)
-
-
-def _fake_mode_of(gm):
-    """The FakeTensorMode of a symbolic graph (one whose placeholders' meta values have a
-    symbolic size or stride), else None."""
-    for n in gm.graph.nodes:
-        if n.op != "placeholder":
-            continue
-        v = n.meta.get("val")
-        if isinstance(v, torch.Tensor) and any(isinstance(s, torch.SymInt) for s in (*v.shape, *v.stride())):
-            return v.fake_mode
-    return None
 
 
 _NATIVE = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)

@@ -105,7 +105,7 @@ class SizeVarAllocator:
             x = env.replace(x.node.expr)
             if self.shape_env is None:
                 self.shape_env = env
-        e = _from_torch_expr(sympify(x) if not isinstance(x, sympy.Basic) else x)
+        e = _from_torch_expr(sympify(x))
         env = env or self.shape_env
         for s in e.free_symbols - self.symbols:
             hint = None if env is None else _backed_hint(env, s)
@@ -137,9 +137,8 @@ class SizeVarAllocator:
     def size_upper_bound(self, e):
         """The largest value of ``e`` over the symbols' ranges when every symbol of it has an upper
         bound and ``e`` grows with each of them (a polynomial whose non-constant terms have
-        non-negative coefficients);
-        else None.  (For decisions that must hold for every size, e.g. how deep a cascaded sum
-        must be: the hint is not enough.)"""
+        non-negative coefficients); else None.  (For decisions that must hold for every size,
+        e.g. how deep a cascaded sum must be: the hint is not enough.)"""
         e = sympify(e)
         if e.is_Integer:
             return int(e)
@@ -334,8 +333,8 @@ def _finite(v):
 
 
 def _backed_hint(env, s):
-    vals = getattr(env, "backed_var_to_val", None)
-    v = (env.var_to_val if vals is None else vals).get(s)
+    from ...capture.symbolic import sample_values
+    v = sample_values(env).get(s)
     return None if v is None or not sympy.sympify(v).is_Integer else int(v)
 
 

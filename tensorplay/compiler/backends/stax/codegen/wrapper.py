@@ -155,9 +155,9 @@ class CallWriter:
     def before_return(self):
         """Buffers still in the free pool are dead intermediates: kept for the next call."""
         L = self.lines
+        take = "take_sized" if self.graph.symbolic else "take"   # (sizes that vary between calls)
         for name, root in (self.plan.spare_buffers() if choices.keep_buffers() else ()):
             i = self.alloc_line[root]
-            take = "take_sized" if self.graph.symbolic else "take"   # (sizes that vary between calls)
             L[i] = L[i].replace(f"{root} = _empty(", f"{root} = {take}(spare, '{root}', ")
             L.append(f"    stash(spare, '{root}', {name})")
 

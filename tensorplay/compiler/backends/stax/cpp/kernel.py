@@ -34,6 +34,7 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
 
 import sympy
 import torch
@@ -121,9 +122,9 @@ class KernelGen:
         """The graph's size symbols the kernel reads (in its loops, index expressions and size
         constants), sorted by name: its size arguments."""
         from ..sizevars import current
-        import re
-        used = set(re.findall(r"\b[a-z]\d+\b", body + " ".join(cexpr(e) for e in self.size_consts.values())))
-        return sorted((s for s in current().symbols if s.name in used), key=lambda s: (len(s.name), s.name))
+        text = body + " ".join(cexpr(e) for e in self.size_consts.values())
+        return sorted((s for s in current().symbols if re.search(rf"\b{s.name}\b", text)),
+                      key=lambda s: (len(s.name), s.name))
 
     def nbytes(self, name):
         """Bytes of a buffer the kernel touches (0: a scratch array)."""

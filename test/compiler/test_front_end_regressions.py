@@ -308,7 +308,7 @@ def test_torch_tensor_that_requires_grad_is_refused():
 
 # ---- friction 5: recompile_limit warns once, then runs misses eagerly -------------------------------
 def test_recompile_limit_warns_once_then_runs_eagerly():
-    cf = tp.compile(lambda x: x * 3 - 1, recompile_limit=2)
+    cf = tp.compile(lambda x: x * 3 - 1, recompile_limit=2, dynamic=False)   # static: every size recompiles
     for n in (1, 2):
         cf(rnd(n))
     with pytest.warns(UserWarning, match=r"(?s)recompile_limit=2 reached.*entry 0: arg 0 'x': size\[0\] expected 1, "

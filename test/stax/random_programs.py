@@ -1586,6 +1586,8 @@ class CheckResult:
     failures: list            # one line each: TensorPlay disagrees with the error model
     model_violations: list    # one line each: float32 eager is outside E (a bug of this tester)
     checked: int = 0          # output elements compared
+    empty_outputs: int = 0    # outputs compared that have no elements (their shapes are still judged)
+    outputs: int = 0          # outputs compared
     unconstrained: int = 0    # output elements the model could not decide (E = inf)
     source: str = ""
     backend: str = ""
@@ -1749,6 +1751,8 @@ def _judge(res, prog, bname, name, outs, refs, device, c1, c2):
         msg, n_chk, n_free = compare(_cpu(o), e, r, b, c1=c1, c2=c2)
         res.checked += n_chk
         res.unconstrained += n_free
+        res.outputs += 1
+        res.empty_outputs += isinstance(e, torch.Tensor) and e.numel() == 0
         if msg:
             res.failures.append(_report(prog, bname, f"{name} output {k} ({prog.outputs[k]})", msg))
 

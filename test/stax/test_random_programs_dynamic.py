@@ -70,7 +70,8 @@ def _check(seed, backend, count):
     _skip_known(res)
     assert not res.failures, res.report()
     assert not res.model_violations, res.report(model=True)
-    assert res.checked > 0 or all(0 in s.shape for s in rp.generate_dynamic(seed).inputs), res.report()
+    # not vacuous: some element was compared, or every output was empty (an empty slice: shapes judged)
+    assert res.outputs > 0 and (res.checked > 0 or res.empty_outputs == res.outputs), res.report()
     if count:
         bad = [r for rs in res.recompile_reasons for r in rs if not LEGIT_REASON.search(r)]
         assert not bad, (f"seed {seed}: {res.captures} specializations for one size-generic program; "

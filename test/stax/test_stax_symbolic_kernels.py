@@ -94,6 +94,26 @@ def test_kernel_takes_size_arguments():
         assert re.search(rf"\b{s}\b", k.split("{", 1)[1])
 
 
+@pytest.mark.parametrize("backend", ["eager", "stax"])
+def test_strided_view_input_strides_are_symbols(backend):
+    """An input that is a strided view (stride no expression of its sizes, here a column slice of a
+    wider matrix whose width varies) has stride symbols read from ``.stride(d)``: one artifact for
+    every size and stride, the key guards only ``stride >= 2``."""
+    def f(x):
+        return (x * 2 + 1).sum(-1)
+    cf = tp.compile(f, backend=backend, dynamic=True, strict_native=backend == "stax")
+    with tp.no_grad():
+        for n in SIZES:
+            x = tp.randn(n, 2 * n + 3)[:, :n]     # stride (2n + 3, 1)
+            cf(x)
+            assert (cf(x) - f(x)).abs().max().item() < 1e-4
+    assert cf.counters["captures"] == 1, cf.explain()
+    text = cf.explain()
+    assert re.search(r"stride\[0\] = s\d+ >= 2 \(a symbol of a strided view", text), text
+    src = cf._cache[0].artifact.source
+    assert re.search(r"s\d+ = \w+\.stride\(0\)", src), src
+
+
 def test_cpp_wrapper_is_shape_polymorphic():
     with tp.no_grad():
         cf, err = _run(lambda x, y: (x.sin() * y).sum(-1) + 1, lambda n: (tp.randn(n, 19), tp.randn(n, 19)),

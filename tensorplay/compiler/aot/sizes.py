@@ -118,18 +118,20 @@ def used_symbols(graph, env) -> set:
 
 
 def _carried(graph, env) -> dict:
-    """symbol -> SymbolSource for every symbol a placeholder's size *is* (raw or after replacement)."""
+    """symbol -> SymbolSource for every symbol a placeholder's size (or, failing that, stride: a
+    strided view's) *is*, raw or after replacement."""
     out = {}
-    for i, p in enumerate(graph.placeholders):
-        v = p.meta.get("val")
-        if not isinstance(v, torch.Tensor):
-            continue
-        for d, s in enumerate(v.shape):
-            if not isinstance(s, torch.SymInt):
+    for kind in ("size", "stride"):
+        for i, p in enumerate(graph.placeholders):
+            v = p.meta.get("val")
+            if not isinstance(v, torch.Tensor):
                 continue
-            for e in (s.node.expr, env.replace(s.node.expr)):
-                if isinstance(e, sympy.Symbol) and e not in out:
-                    out[e] = SymbolSource(p.name, i, d, p.name)
+            for d, s in enumerate(v.shape if kind == "size" else v.stride()):
+                if not isinstance(s, torch.SymInt):
+                    continue
+                for e in (s.node.expr, env.replace(s.node.expr)):
+                    if isinstance(e, sympy.Symbol) and e not in out:
+                        out[e] = SymbolSource(p.name, i, d, p.name, kind=kind)
     return out
 
 

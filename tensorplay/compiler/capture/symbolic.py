@@ -121,21 +121,28 @@ class SymbolSource:
     """Where a size symbol is read from when the graph runs: dim ``dim`` of placeholder ``input``
     (``index``: its position among the flat inputs, ``name``: the human name).  A data-dependent
     size (an *unbacked* symbol, §10.3) is read from the output of the node ``input`` that
-    computes it: ``index`` is None, ``name`` says which op made it and where (``op``, ``where``)."""
+    computes it: ``index`` is None, ``name`` says which op made it and where (``op``, ``where``).
+    ``kind`` "stride": the symbol is the stride of dim ``dim`` of an input that is a strided view
+    (a stride no expression of the sizes gives), read with ``.stride(dim)``."""
     input: str
     index: int | None
     dim: int
     name: str
     op: str = ""
     where: str = ""
+    kind: str = "size"
+
+    def read(self, var: str) -> str:
+        """Python reading this symbol from the tensor called ``var``."""
+        return f"{var}.stride({self.dim})" if self.kind == "stride" else f"{var}.shape[{self.dim}]"
 
     def describe(self) -> str:
-        return f"{self.name}.shape[{self.dim}]"
+        return self.read(self.name)
 
     def origin(self) -> str:
         """In words, for messages: ``dim 0 of the output of index (x[mask]) at f.py:3``."""
         return f"dim {self.dim} of the output of {self.op} at {self.where}" if self.index is None \
-            else f"{self.describe()} (an input size)"
+            else f"{self.describe()} (an input {self.kind})"
 
 
 def bucket_of(n: int) -> tuple:
@@ -201,10 +208,18 @@ class SymbolicShapes:
             if isinstance(e, sympy.Symbol) and e not in self.sources:
                 self.sources[e] = SymbolSource(placeholder, index, d, name)
                 self._declare_range(e, t.shape[d], name, d, marks.get(d))
-        for st in fake.stride():
-            # a layout that is no expression of the sizes (a strided view) gets fresh stride symbols:
-            # they are specialised to the sample's strides (a guard), as the key does for static inputs
-            if isinstance(st, torch.SymInt) and not set(st.node.expr.free_symbols) <= set(self.sources):
+        for d, st in enumerate(fake.stride()):
+            # a layout that is no expression of the sizes (a strided view) has fresh stride symbols
+            # (torch's fakes give them, range [2, inf): strides 0 and 1 are specialised): each is
+            # read from the input's ``.stride(d)`` as sizes are; with static sizes (no dim is a
+            # symbol) they are pinned to the sample's strides by a guard, as the key does for
+            # static inputs
+            e = st.node.expr if isinstance(st, torch.SymInt) else None
+            if e is None or set(e.free_symbols) <= set(self.sources):
+                continue
+            if isinstance(e, sympy.Symbol) and any(sym):
+                self.sources[e] = SymbolSource(placeholder, index, d, name, kind="stride")
+            else:
                 int(st)
         self.inputs.append((index, name, fake))
         return fake

@@ -164,11 +164,12 @@ class Graph:
         return "\n".join(lines)
 
     def size_bindings(self, indent="    ", after=None) -> list:
-        """Lines binding the size symbols (dynamic=True) from the placeholders: ``s0 = x.shape[0]``;
+        """Lines binding the size symbols (dynamic=True) from the placeholders: ``s0 = x.shape[0]``
+        (a strided view's stride symbol: ``s1 = x.stride(0)``);
         with ``after`` (a node), the data-dependent sizes that node's output has:
         ``u0 = index.shape[0]`` (emitted right after the node's line)."""
         name = None if after is None else after.name
-        return [f"{indent}{sym} = {src.input}.shape[{src.dim}]   # size symbol: {src.describe()}"
+        return [f"{indent}{sym} = {src.read(src.input)}   # {src.kind} symbol: {src.describe()}"
                 for sym, src in sorted(self.size_symbols.items(), key=lambda kv: str(kv[0]))
                 if (src.index is None) == (name is not None) and (name is None or src.input == name)]
 

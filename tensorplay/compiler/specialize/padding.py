@@ -101,7 +101,7 @@ def padded_dims(gm, symbolic, lowered):
     out = {}
     for s, (lo, hi, _) in symbolic.ranges.items():
         src = symbolic.sources.get(s)
-        if hi is None or src is None or src.index is None or hi == symbolic.hint(s):
+        if hi is None or src is None or src.index is None or src.kind != "size" or hi == symbolic.hint(s):
             continue
         if _row_independent(gm, s, symbolic):
             out[s] = hi

@@ -37,9 +37,14 @@ __all__ = ["shape_entries", "build_input_guard"]
 def _source_text(expr, sources) -> str:
     """``expr`` as Python over the call's leaves: each symbol read from its input's size."""
     from torch.utils._sympy.printers import PythonPrinter
-    sub = {s: sympy.Symbol(f"L[{src.index}]._data.shape[{src.dim}]") for s, src in sources.items()
+    sub = {s: sympy.Symbol(src.read(f"L[{src.index}]._data")) for s, src in sources.items()
            if src.index is not None}
     return PythonPrinter().doprint(sympy.sympify(expr).xreplace(sub))
+
+
+def _is_source(src, i, d, kind) -> bool:
+    """Is ``src`` (a SymbolSource or None) dim ``d``'s size/stride (``kind``) of input ``i``?"""
+    return src is not None and src.index == i and src.dim == d and src.kind == kind
 
 
 def shape_entries(symbolic) -> list:
@@ -60,8 +65,7 @@ def shape_entries(symbolic) -> list:
                 else:
                     why = symbolic.static_why.get((i, d), "0 and 1 are specialised")
                 out.append(KeyEntry(subject, f"size[{d}] ({why})", ref, int(e)))
-            elif isinstance(e, sympy.Symbol) and sources.get(e) is not None and sources[e].index == i \
-                    and sources[e].dim == d:
+            elif _is_source(sources.get(e), i, d, "size"):
                 rng = symbolic.ranges.get(e)
                 if rng is None:
                     out.append(KeyEntry(subject, f"size[{d}] = {e} >= 2 (a symbol, hint {symbolic.hint(e)}; "
@@ -78,8 +82,13 @@ def shape_entries(symbolic) -> list:
             if symbolic.expr(n) == 1:
                 continue        # the stride of a size-1 dim is never read
             e = symbolic.expr(st)
-            out.append(KeyEntry(subject, f"stride[{d}] == {e}", f"(L[{i}]._data.stride({d}) == "
-                                                              f"{_source_text(e, sources)})", True))
+            ref = f"L[{i}]._data.stride({d})"
+            if _is_source(sources.get(e), i, d, "stride"):
+                out.append(KeyEntry(subject, f"stride[{d}] = {e} >= 2 (a symbol of a strided view, hint "
+                                             f"{symbolic.hint(e)}; strides 0 and 1 are specialised)",
+                                    f"({ref} >= 2)", True))
+            else:
+                out.append(KeyEntry(subject, f"stride[{d}] == {e}", f"({ref} == {_source_text(e, sources)})", True))
     for cond, where in symbolic.guards():
         if cond is sympy.true or cond == sympy.true or symbolic.implied(cond):
             continue

@@ -164,14 +164,16 @@ class CallWriter:
 
 def bind_sizes(graph) -> list:
     """A symbolic graph's size symbols, each read from the first input size that is it
-    (``s0 = arg0.shape[0]``): the kernels take them as arguments, allocations are expressions
+    (``s0 = arg0.shape[0]``), else from the first input stride that is it (a strided view's:
+    ``s1 = arg0.stride(0)``): the kernels take them as arguments, allocations are expressions
     of them (the chapter §10)."""
     lines, bound = [], set()
-    for b in graph.inputs:
-        for d, e in enumerate(b.layout.size):
-            if isinstance(e, sympy.Symbol) and e not in bound:
-                bound.add(e)
-                lines.append(f"    {e.name} = {b.name}.shape[{d}]")
+    for attr, read in (("size", "{}.shape[{}]"), ("stride", "{}.stride({})")):
+        for b in graph.inputs:
+            for d, e in enumerate(getattr(b.layout, attr)):
+                if isinstance(e, sympy.Symbol) and e not in bound:
+                    bound.add(e)
+                    lines.append(f"    {e.name} = {read.format(b.name, d)}")
     missing = graph.sizevars.symbols - bound
     if missing:
         raise SymbolicSizeError(f"size symbols {sorted(map(str, missing))} are no input's size")

@@ -34,7 +34,7 @@ import torch
 from ..._tensor import Tensor, _wrap
 from ...autograd import grad_mode
 from ...ops import registry
-from ..capture.symbolic import fake_mode_of, is_symbolic
+from ..capture.fakes import fake_mode_of, is_symbolic
 from ..capture.tracer import Tracer
 from ..graph import GraphModule
 from ..graph.node import map_arg

@@ -47,44 +47,9 @@ from ..graph.node import _is_size_expr
 
 __all__ = ["SymbolicShapes", "SymbolSource", "hints_of", "specialize_graph"]
 
+from .fakes import fake_mode_of, is_symbolic, map_leaves, sample_values  # noqa: F401  (re-exported)
+
 _SYM_TYPES = (torch.SymInt, torch.SymFloat, torch.SymBool)
-
-
-def map_leaves(x, f):
-    """``x`` with ``f`` applied to every leaf inside lists, tuples (named ones too) and slices —
-    the shapes op arguments and metadata come in."""
-    if isinstance(x, list):
-        return [map_leaves(v, f) for v in x]
-    if isinstance(x, tuple):
-        vals = [map_leaves(v, f) for v in x]
-        if hasattr(x, "_fields"):
-            return type(x)(*vals)
-        return tuple(vals) if isinstance(x, torch.Size) else type(x)(vals)   # (a Size holds no expression)
-    if isinstance(x, slice):
-        return slice(map_leaves(x.start, f), map_leaves(x.stop, f), map_leaves(x.step, f))
-    return f(x)
-
-
-def fake_mode_of(gm):
-    """The fake mode (with its ShapeEnv) of a symbolic graph — a ``dynamic=True`` capture's, read
-    from its placeholders' ``meta["val"]`` — or None for a static graph."""
-    for p in gm.graph.placeholders:
-        mode = getattr(p.meta.get("val"), "fake_mode", None)
-        if getattr(mode, "shape_env", None) is not None:
-            return mode
-    return None
-
-
-def sample_values(env) -> dict:
-    """A ShapeEnv's backed symbols -> their sample values (the hints; torch versions name the
-    table ``backed_var_to_val`` or ``var_to_val``)."""
-    vals = getattr(env, "backed_var_to_val", None)
-    return env.var_to_val if vals is None else vals
-
-
-def is_symbolic(gm) -> bool:
-    """Do ``gm``'s placeholders carry symbolic fakes (a ``dynamic=True`` capture)?"""
-    return fake_mode_of(gm) is not None
 
 
 def _hint(x, unbacked=None):

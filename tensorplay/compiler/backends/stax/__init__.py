@@ -110,7 +110,7 @@ def _reject_fallbacks(fallbacks, where=""):
 
 def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw):
     from ...aot import aot_backend, is_training_region
-    from ...capture.symbolic import is_symbolic
+    from ...capture.fakes import is_symbolic
     from ..eager import raw_function
     if is_training_region(example_inputs):
         # training region (docs/aot.md): joint graph -> partition -> both graphs through this backend

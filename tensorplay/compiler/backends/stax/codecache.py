@@ -399,7 +399,7 @@ def _symbolic_sig(gm) -> str:
     """A symbolic graph's input layouts as expressions and its symbols' ranges ("" when static):
     the code generated for it depends on them (sizevars.py, bounds.py), the hints are in the
     example inputs' part of the key."""
-    from ...capture.symbolic import fake_mode_of
+    from ...capture.fakes import fake_mode_of
     mode = fake_mode_of(gm)
     if mode is None:
         return ""

@@ -63,6 +63,9 @@ def _size(size, who):
     for s in size:
         if isinstance(s, Tensor):
             s = int(s.item())
+        if isinstance(s, torch.SymInt):    # a symbolic size under tp.compile(dynamic=True): kept a symbol
+            out.append(s)
+            continue
         if not isinstance(s, (int, np.integer)) or isinstance(s, bool):
             raise TypeError(f"tp.{who}: sizes must be integers, got {size!r}")
         if s < 0:

@@ -127,3 +127,18 @@ def test_layout_converts_and_counts():
     assert lay.numel == 0 and lay.storage_extent() == 0
     lay = FixedLayout(torch.float32, torch.device("cpu"), (3, 4), (1, 3), 2)
     assert lay.storage_extent() == torch.empty_strided((3, 4), (1, 3)).untyped_storage().nbytes() // 4 + 2
+
+
+def test_equality_guards_of_the_capture_are_facts():
+    """An equality the capture guarded (here ``a0*a1 == b0*b1``: two flattened inputs an op needs
+    equal) proves bounds that the ranges alone cannot; without the guard it is no fact."""
+    from tensorplay.compiler.capture.symbolic import SymbolicShapes
+    sym = SymbolicShapes()
+    a = sym.input_fake(torch.randn(4, 6), "a", 0, "a")
+    b = sym.input_fake(torch.randn(3, 8), "b", 1, "b")
+    sv = SizeVarAllocator()
+    na, nb = sv.from_torch(a.shape[0] * a.shape[1]), sv.from_torch(b.shape[0] * b.shape[1])
+    assert not sv.statically_known_leq(nb, na) and sv.equalities() == []
+    assert a.shape[0] * a.shape[1] == b.shape[0] * b.shape[1]      # the capture's guard
+    assert sv.equalities() and sv.statically_known_leq(nb, na) and sv.statically_known_leq(na - 1, nb - 1)
+    assert not sv.statically_known_lt(nb, na)

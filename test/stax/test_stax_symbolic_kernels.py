@@ -150,6 +150,7 @@ def test_specialisation_has_a_reason():
     assert reason and "division" in reason
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")     # a backward run op by op warns: a failure here
 def test_training_region_one_artifact():
     """A training region goes through AOT autograd on the symbolic graph: one forward and one
     backward artifact for every batch size, gradients equal to eager's."""

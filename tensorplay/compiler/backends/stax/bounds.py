@@ -172,12 +172,17 @@ def bound(expr, ranges: dict) -> Interval:
                 raise Unsupported(f"fractional index {e}")
             out = out * bound(a, ranges)
         return out
+    if e.is_Pow and e.exp.is_Integer and int(e.exp) > 0:     # a size squared (T*T of a causal mask)
+        iv = _nonneg(e.base, ranges, e)
+        return Interval(_num(iv.lo ** e.exp), _num(iv.hi ** e.exp))
     if isinstance(e, sympy.Mod):
         a, q = e.args
-        if not q.is_Integer or int(q) <= 0:
+        # the modulus: a positive constant, or a size expression of the kernel's size symbols that
+        # is provably >= 1 (a roll or repeat along a symbolic dim)
+        if not (q.is_Integer and int(q) > 0 or q.free_symbols and q.free_symbols <= _size_symbols() and _le(1, q)):
             raise Unsupported(f"Mod by a non-constant in {e}")
         iv = _nonneg(a, ranges, e)
-        return iv if _le(iv.hi + 1, q) else Interval(0, int(q) - 1)
+        return iv if _le(iv.hi + 1, q) else Interval(0, _num(q - 1))
     if isinstance(e, sympy.floor):
         num, den = _fraction(e.args[0])
         iv = _nonneg(num, ranges, e)

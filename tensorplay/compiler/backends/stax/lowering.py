@@ -30,7 +30,7 @@ from ... import config
 from ...capture.symbolic import fake_mode_of, map_leaves
 from ...graph.node import map_arg
 from . import choices
-from .sizevars import SizeVarAllocator
+from .sizevars import SizeVarAllocator, statically_known_lt
 from .ir import (ComputedBuffer, ExternBuffer, FixedLayout, InputBuffer, Loops, Pointwise, Reduction,
                  ReinterpretView, TensorBox, Unsupported, contiguous_strides)
 
@@ -284,7 +284,7 @@ class GraphLowering:
             size = tuple(data.layout.size)
             m, n = size[-2:]
             st = data.layout.stride
-            col = st[-2] == 1 and st[-1] != 1 and n > 1
+            col = st[-2] == 1 and st[-1] != 1 and statically_known_lt(1, n)
             strides = list(contiguous_strides(size[:-2] + (m * n,))[:-1]) + ([1, m] if col else [n, 1])
             buf = self.realize(TensorBox(Pointwise(data.dtype, data.device, list(size), box.make_loader())))
             buf.set_layout(FixedLayout(data.dtype, data.device, size, tuple(strides), 0))

@@ -105,8 +105,10 @@ class SizeVarAllocator:
             x = env.replace(x.node.expr)
             if self.shape_env is None:
                 self.shape_env = env
-        e = _from_torch_expr(sympify(x))
         env = env or self.shape_env
+        if env is not None:     # a raw expression too gets the replacements (s93 is s26 after a view)
+            x = env.replace(sympify(x))
+        e = _from_torch_expr(sympify(x))
         for s in e.free_symbols - self.symbols:
             hint = None if env is None else _backed_hint(env, s)
             if hint is None:
@@ -116,7 +118,22 @@ class SizeVarAllocator:
             hi = _finite(vr.upper) if vr is not None else None
             self.var_to_hint[s] = hint
             self.var_to_range[s] = (lo, hi)
-        return e
+        return self._decide_min_max(e)
+
+    def _decide_min_max(self, e):
+        """``Max(a, b)`` / ``Min(a, b)`` replaced by the argument that is proved the larger /
+        smaller over the ranges and the capture's guards (torch writes ``Max(1, n)`` into the
+        strides of an output whose size ``n`` may be 0)."""
+        def decide(a):
+            x, y = a.args
+            if self.statically_known_leq(x, y):
+                return y if isinstance(a, sympy.Max) else x
+            if self.statically_known_leq(y, x):
+                return x if isinstance(a, sympy.Max) else y
+            return a
+        if not e.has(sympy.Max, sympy.Min):
+            return e
+        return e.replace(lambda a: isinstance(a, (sympy.Max, sympy.Min)) and len(a.args) == 2, decide)
 
     @property
     def symbols(self) -> frozenset:
@@ -184,8 +201,51 @@ class SizeVarAllocator:
         and ``Mod(a, q)`` is first replaced by its lower bound plus a non-negative unknown (or
         its upper bound minus one: :func:`_integer_parts`, both tried); then each symbol ``s`` in
         ``[lo, hi]`` is written ``lo + t`` (and ``hi - u``) with ``t, u >= 0``, and sympy's sign
-        assumptions decide polynomials with the right signs (sound, not complete)."""
+        assumptions decide polynomials with the right signs (sound, not complete).  Failing that,
+        each equality guard of the capture (:meth:`equalities`) is substituted and the proof retried:
+        the key checks those guards on every call, so they hold wherever the kernel runs."""
         e = sympy.expand(sympify(e))
+        if self._nonnegative_by_ranges(e):
+            return True
+        # the capture's equalities (shape guards the key checks, e.g. s0*s1 == s2*s3 after a
+        # view(-1) of two inputs that an op needs equal): each side substituted for the other
+        # and each inequality guard g >= 0: e >= 0 when e - g >= 0 is proved by the ranges
+        eqs, ineqs = self.facts()
+        for lhs, rhs in eqs:
+            for a, b in ((lhs, rhs), (rhs, lhs)):
+                f = sympy.expand(e.subs(a, b))
+                if f != e and self._nonnegative_by_ranges(f):
+                    return True
+        return any(self._nonnegative_by_ranges(sympy.expand(e - c * g)) for g in ineqs for c in _multipliers(e, g))
+
+    def equalities(self) -> list:
+        """``(lhs, rhs)`` of each equality guard of the capture (:meth:`facts`)."""
+        return self.facts()[0]
+
+    def facts(self) -> tuple:
+        """What the capture's ShapeEnv guarded about this graph's symbols: ``(equalities, g)`` —
+        ``(lhs, rhs)`` of each equality (a product of sizes that is no single symbol's
+        replacement, e.g. two flattened inputs an op needs equal) and each inequality as ``g``
+        with ``g >= 0`` (an index at most an input's size).  The specialisation key checks every
+        such guard on every call, so a kernel may rely on them."""
+        env = self.shape_env
+        eqs, ineqs = [], []
+        for g in (env.guards if env is not None else ()):
+            c = env.replace(g.expr)
+            if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=":
+                continue
+            lhs, rhs = (sympy.expand(_from_torch_expr(x)) for x in c.args)
+            if not (lhs.free_symbols | rhs.free_symbols) <= self.symbols or (lhs - rhs).is_Number \
+                    or lhs.atoms(sympy.Function) or rhs.atoms(sympy.Function):
+                continue    # (polynomial facts only: a substitution into floor/Mod need not terminate)
+            if c.rel_op == "==":
+                eqs.append((lhs, rhs))
+            else:   # >=, >, <=, <: integer sizes, so a strict relation is one more
+                d = lhs - rhs if c.rel_op in (">=", ">") else rhs - lhs
+                ineqs.append(sympy.expand(d - 1 if c.rel_op in (">", "<") else d))
+        return eqs, ineqs
+
+    def _nonnegative_by_ranges(self, e) -> bool:
         if e.is_Number:
             return bool(e >= 0)
         if not self.is_size_expr(e):
@@ -201,7 +261,29 @@ class SizeVarAllocator:
             den = sympy.ilcm(1, *(sympy.fraction(t.as_coeff_Mul()[0])[1] for t in sympy.Add.make_args(sympy.expand(f))))
             if integral and self._polynomial_nonnegative(f + 1 - sympy.Rational(1, den)):
                 return True
-        return False
+        f = self._floors_as_unknowns(e)
+        return f is not None and self._polynomial_nonnegative(f)
+
+    def _floors_as_unknowns(self, e):
+        """``e`` with each ``floor(p / q)`` of a ``p`` that grows with its symbols written
+        ``floor(p_min / q) + t`` (``p_min``: ``p`` at the symbols' lower bounds; ``t >= 0``), each
+        ``Mod`` as ``t``: an integer lower bound kept (``2*floor(s/2) - 2 >= 0`` for ``s >= 2``, which
+        the relaxation ``floor(y) >= y - 1 + 1/q`` loses).  None if an atom has no such form."""
+        sub = {}
+        for k, a in enumerate(sorted(e.atoms(sympy.floor, sympy.Mod), key=str)):
+            t = sympy.Symbol(f"_f{k}", integer=True, nonnegative=True)
+            if isinstance(a, sympy.Mod):
+                sub[a] = t
+                continue
+            num, den = sympy.fraction(sympy.together(a.args[0]))
+            syms = sorted(num.free_symbols, key=str)
+            if not den.is_Integer or den <= 0 or not syms or not num.free_symbols <= self.symbols \
+                    or not num.is_polynomial(*syms) \
+                    or any(c < 0 for m, c in sympy.Poly(num, *syms).terms() if any(m)):
+                return None
+            low = num.xreplace({x: sympy.Integer(self.var_to_range[x][0]) for x in syms})
+            sub[a] = sympy.floor(low / den) + t
+        return e.xreplace(sub) if sub else None
 
     def _polynomial_nonnegative(self, e) -> bool:
         e = sympy.expand(e)
@@ -322,6 +404,20 @@ def _integer_parts(e, side: str):
             else:
                 return None
     return e.xreplace(sub)
+
+
+def _multipliers(e, g) -> list:
+    """Positive ``c`` for which ``e - c*g`` cancels a term of ``g`` (``3*s0 - 3*s1 + 6`` against
+    ``g = s0 - s1 + 2``: ``c = 3``; ``s2*s0 - s2*s1 + 2*s2``: ``c = s2``, a size), 1 first: the
+    multiples of a fact ``g >= 0`` worth subtracting (``c*g >= 0`` for ``c > 0``)."""
+    out = [sympy.Integer(1)]
+    for t in sympy.Add.make_args(g):
+        c, m = t.as_coeff_Mul()
+        if m != 1:
+            r = sympy.expand(e).coeff(m) / c     # a positive number, or a positive monomial of sizes
+            if r != 0 and r.is_positive and r.is_Mul in (True, False) and not r.is_Add and r not in out:
+                out.append(r)
+    return out
 
 
 def _finite(v):

@@ -42,6 +42,7 @@ import torch
 from . import choices
 from ..ir import Unsupported
 from ..kernel_plan import KernelPlan
+from .. import sizevars
 from ..sizevars import size_upper_bound
 from ..ops_handler import set_handler
 from . import blocking
@@ -156,13 +157,16 @@ class KernelGen:
         return e.xreplace(self._merge_subs) if self._merge_subs else e
 
     def inner_coeff(self, expr):
+        """The index's stride along the vector loop: an int, or (a symbolic stride) its C++ text."""
         v = self.vec_var
         if v is None:
             return 0
-        c = sympy.diff(expr, v)
-        if not c.is_Integer:
-            raise Unsupported(f"index {expr} is not affine in the vector loop")
-        return int(c)
+        c = sympy.expand(sympy.diff(expr, v))
+        if c.is_Integer:
+            return int(c)
+        if c.free_symbols <= sizevars.current().symbols and v not in c.free_symbols:
+            return cexpr(c)     # a stride of size arguments: C++ text (a gather / scatter with that stride)
+        raise Unsupported(f"index {expr} is not affine in the vector loop")
 
     def local_value(self, name, handler):
         if name in self.row_values:

@@ -20,7 +20,7 @@ import re
 import sympy
 import torch
 
-from ..bounds import IndirectIndex, _fraction, bound
+from ..bounds import IndirectIndex, _fraction, _size_symbols, bound
 from ..ir import Unsupported
 from ..ops_handler import COMPARE
 
@@ -85,11 +85,13 @@ def cexpr(e) -> str:
         if any(a.is_Rational and not a.is_Integer for a in e.args):
             raise Unsupported(f"fractional index expression {e}")
         return "(" + " * ".join(cexpr(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mod) and e.args[1].is_Integer:
-        return f"({cexpr(e.args[0])} % {int(e.args[1])})"
+    if isinstance(e, sympy.Mod) and (e.args[1].is_Integer or e.args[1].free_symbols <= _size_symbols()):
+        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"      # (a symbolic modulus: a size argument)
     if isinstance(e, sympy.floor):
         num, den = _fraction(e.args[0])
         return f"({cexpr(num)} / {den})"
+    if e.is_Pow and e.exp.is_Integer and 0 < int(e.exp) <= 4:     # a size squared: repeated products
+        return "(" + " * ".join([cexpr(e.base)] * int(e.exp)) + ")"
     raise Unsupported(f"non-affine index expression {e}")
 
 

@@ -25,9 +25,9 @@ from ..bounds import _fraction
 from ..device import device_backend
 from ..ir import Pointwise, TensorBox, Unsupported
 from ..ops_handler import ops
-from ..sizevars import evaluate_static_shape
+from ..sizevars import evaluate_static_shape, size_hint
 from .extern_rules import _extern
-from .pointwise_rules import _conv, _realize, broadcast_loader, size_constant
+from .pointwise_rules import _conv, _realize, broadcast_loader, broadcast_size, size_constant
 from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_reduction, reduction
 from .registry import V, _node, _out_val, register_lowering
 from .view_rules import _and, _box, _checked, _icmp, _ix
@@ -198,6 +198,9 @@ def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
     if out.dtype not in (torch.float32, torch.float64):
         raise Unsupported("group_norm dtype")
     size = list(x.get_size())
+    if len(size) >= 2 and not sympy.sympify(size[1]).is_Integer:
+        raise Unsupported(f"group_norm: a symbolic channel count {size[1]} (C / num_groups must be a "
+                          f"static size; channels fixed by a parameter are)")
     if len(size) < 2 or num_groups <= 0 or size[1] % num_groups:
         raise Unsupported("group_norm: channels not divisible by num_groups (eager raises)")
     n, c, rest = size[0], size[1], size[2:]
@@ -232,7 +235,7 @@ def _avg_pool2d(x, kernel_size, stride, padding, ceil_mode, count_include_pad, d
     lead, (h_in, w_in), (oh_n, ow_n) = list(size[:-2]), size[-2:], tuple(out.shape[-2:])
     nl, dt = len(lead), out.dtype
     axes = (lambda o, k: o * sh - ph + k, lambda o, k: o * sw - pw + k)
-    _reread(x, oh_n * ow_n * kh * kw / max(1, h_in * w_in))
+    _reread(x, oh_n * ow_n * kh * kw, h_in * w_in)
     window, _ = _window_map(x, lead, axes, 0.0, dt)
     sl = _window_sum(window, lead, (oh_n, ow_n), (kh, kw), dt, x.device)
 
@@ -246,7 +249,7 @@ def _avg_divisor(k, s, p, n, count_include_pad, divisor_override, dt):
     def extent(o, d):
         start = _ix(o * s[d] - p[d])
         end = ops.minimum(ops.add(start, _ix(sympy.Integer(k[d]))),
-                          _ix(sympy.Integer(n[d] + (p[d] if count_include_pad else 0))))
+                          _ix(sympy.sympify(n[d] + (p[d] if count_include_pad else 0))))
         return ops.sub(end, start if count_include_pad else ops.maximum(start, _ix(sympy.Integer(0))))
 
     def div(oh, ow):
@@ -300,7 +303,7 @@ def _avg_pool2d_backward(g, input_size, kernel_size, stride, padding, ceil_mode,
         # ATen's scatter loop (32x64x56x56, k3 s2 p1: 46 vs 12 ms); stride 1 ran 2.2x faster
         return _extern()
     div = _avg_divisor((kh, kw), (sh, sw), (ph, pw), isz, count_include_pad, divisor_override, dt)
-    _reread(g, math.prod(isz) * kh * kw / max(1, math.prod(osz)))
+    _reread(g, math.prod(isz) * kh * kw, math.prod(osz))
     gl = g.make_loader()
 
     def dim(k, s, p, n_out):
@@ -311,10 +314,11 @@ def _avg_pool2d_backward(g, input_size, kernel_size, stride, padding, ceil_mode,
                               lambda ld, oh, ow: ops.truediv(gl(ld + [oh, ow]), div(oh, ow)), dt)
 
 
-def _reread(x, factor):
-    """``x`` written to memory first when its reader evaluates each element ``factor`` times and
-    recomputing it would cost more than reading it back (choices.realize_reread)."""
-    factor = float(factor)   # of sizes: a heuristic's number (sizevars.py)
+def _reread(x, reads, elems):
+    """``x`` written to memory first when its reader evaluates each of its ``elems`` elements
+    ``reads / elems`` times and recomputing it would cost more than reading it back
+    (choices.realize_reread).  A heuristic: symbolic sizes count at their hints (sizevars.py)."""
+    factor = size_hint(reads) / max(1, size_hint(elems))
     if isinstance(x, TensorBox) and isinstance(x.data, Pointwise) and choices.realize_reread(x.data, factor):
         _realize(x)
     return x
@@ -378,7 +382,7 @@ def _max_pool2d_with_indices(x, kernel_size, stride=(), padding=0, dilation=1, c
     lead, w_in, oshape = list(size[:-2]), size[-1], list(out.shape)
     nl, dt = len(lead), out.dtype
     axes = (lambda o, k: o * sh - ph + k * dh, lambda o, k: o * sw - pw + k * dw)
-    _reread(x, math.prod(oshape[-2:]) * kh * kw / max(1, size[-2] * w_in))
+    _reread(x, math.prod(oshape[-2:]) * kh * kw, size[-2] * w_in)
     window, valid = _window_map(x, lead, axes, float("-inf"), dt)
 
     def flat(i):
@@ -477,7 +481,7 @@ def _adaptive_avg_pool2d(x, output_size):
         return _extern()
     k = [n // m for n, m in zip(size[-2:], oshape[-2:])]
     axes = [lambda o, j, kd=kd: o * kd + j for kd in k]
-    _reread(x, math.prod(oshape[-2:]) * math.prod(k) / max(1, math.prod(size[-2:])))
+    _reread(x, math.prod(oshape[-2:]) * math.prod(k), math.prod(size[-2:]))
     window, _ = _window_map(x, lead, axes, 0.0, dt)
     sl = _window_sum(window, lead, oshape, k, dt, x.device)
 
@@ -538,7 +542,7 @@ def _upsample_nearest(x, output_size, *scales):
         # the last dim's pattern repeats only every q/gcd(p, q) > 16 columns: lane-wise gathers ran
         # 1.5x slower than ATen's loop (56 -> 75: 4.2 vs 2.8 ms), so ATen's kernel runs it
         return _extern()
-    _reread(x, math.prod(out.shape) / max(1, math.prod(size)))
+    _reread(x, math.prod(out.shape), math.prod(size))
     xl = x.make_loader()
 
     def f(i):
@@ -645,7 +649,7 @@ def _elementwise_loss(x, t, reduction, fn, weight=None):
     dt = _out_val().dtype
     if not dt.is_floating_point:
         raise Unsupported("loss of integers")
-    shape = tuple(torch.broadcast_shapes(tuple(x.get_size()), tuple(t.get_size())))
+    shape = broadcast_size(x.get_size(), t.get_size())
     xl, tl = broadcast_loader(x, shape), broadcast_loader(t, shape)
     wl = broadcast_loader(weight, shape) if weight is not None else None
 
@@ -705,7 +709,7 @@ def _bce(x, t, weight=None, reduction="mean"):
 def _bce_logits(x, t, weight=None, pos_weight=None, reduction="mean"):
     """(1 - t)·x + lw·(log(exp(-m) + exp(-x - m)) + m), m = max(-x, 0), lw = 1 + (pos_weight - 1)·t
     (the stable form eager uses)."""
-    shape = tuple(torch.broadcast_shapes(tuple(x.get_size()), tuple(t.get_size())))
+    shape = broadcast_size(x.get_size(), t.get_size())
     pwl = broadcast_loader(pos_weight, shape) if pos_weight is not None else None
 
     def f(a, b, dt, i):

@@ -39,6 +39,22 @@ def broadcast_loader(box: TensorBox, shape):
     return load
 
 
+def broadcast_size(*sizes) -> tuple:
+    """The broadcast of ``sizes`` (torch's rule, right-aligned; a dim of size 1 stretches) over
+    size expressions: the other sizes of a dim must be proved equal (the capture's ShapeEnv
+    replaced broadcast-related symbols by one), else Unsupported."""
+    from ..sizevars import statically_known_equals
+    n = max((len(z) for z in sizes), default=0)
+    out = []
+    for j in range(n):
+        dims = [sympy.sympify(z[len(z) - n + j]) for z in sizes if len(z) - n + j >= 0]
+        big = [d for d in dims if d != 1]
+        if any(not statically_known_equals(d, big[0]) for d in big[1:]):
+            raise Unsupported(f"broadcast of sizes {[tuple(z) for z in sizes]}: dim {j} not proved equal")
+        out.append(big[0] if big else sympy.Integer(1))
+    return tuple(int(d) if d.is_Integer else d for d in out)
+
+
 def size_constant(n, dtype):
     """The number ``n`` (an int or a size expression: a row length, an element count) as an
     ``ops`` value of ``dtype``: a literal when static, else computed in the kernel from its size
@@ -99,7 +115,9 @@ def pointwise(compute, *, compute_dtype=None, tensors=None):
             vals = []
             for ld, dt in loaders:
                 if dt is None:
-                    vals.append(ld if ld is None else ops.constant(ld, cd))
+                    # (a size expression: a symbolic count, e.g. mean's backward divides by it)
+                    vals.append(ld if ld is None else size_constant(ld, cd) if isinstance(ld, sympy.Expr)
+                                else ops.constant(ld, cd))
                 else:
                     v = ld(index)
                     vals.append(v if dt == cd else ops.to_dtype(v, cd))

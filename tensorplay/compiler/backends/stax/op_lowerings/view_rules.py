@@ -21,8 +21,8 @@ import torch
 from .....ops.registry import OPS
 from ..ir import Buffer, FixedLayout, Pointwise, Reduction, ReinterpretView, TensorBox, Unsupported
 from ..ops_handler import ops
-from ..sizevars import statically_known_equals
-from .pointwise_rules import _conv, _realize, broadcast_loader
+from ..sizevars import statically_known_equals, statically_known_leq, statically_known_lt
+from .pointwise_rules import _conv, _realize, broadcast_loader, broadcast_size
 from .registry import LOWERINGS, V, _node, _out_val, register_lowering
 
 
@@ -408,6 +408,25 @@ def _int_list(v):
     return [v] if isinstance(v, int) else list(v)
 
 
+def _shift_mod(sh: int, n):
+    """``sh mod n`` for a roll: an int for an int ``n``; for a symbolic ``n`` the shift itself (or
+    ``n + sh`` for a negative one) when ``|sh| < n`` is proved, else None (the caller indexes
+    with a modulo)."""
+    n = sympy.sympify(n)
+    if n.is_Integer:
+        return sh % int(n) if n else 0
+    if sh == 0 or not statically_known_lt(abs(sh), n):
+        return None
+    return sh if sh > 0 else n + sh
+
+
+def _mod_index(i, sh, n):
+    """``(i - sh) mod n`` over a symbolic ``n >= 2`` as ``Mod(i - sh + m*n, n)`` with ``m*n >= sh``
+    for every ``n`` (a non-negative argument: bounds.py's rule for Mod)."""
+    m = max(0, -(-sh // 2))
+    return sympy.Mod(i - sh + m * n, n)
+
+
 @register_lowering("roll")
 def _roll(x, shifts, dims=None):
     out = _out_val()
@@ -417,15 +436,16 @@ def _roll(x, shifts, dims=None):
     if dims is None or (isinstance(dims, (list, tuple)) and len(dims) == 0):
         if len(shifts) != 1:
             raise Unsupported("roll without dims takes one shift (eager raises)")
-        numel = math.prod(size)
+        numel = sympy.sympify(math.prod(size))
         if numel == 0 or len(size) == 0:
             return _box(out, ld, x.device)
-        s = shifts[0] % numel
+        s = _shift_mod(shifts[0], numel)
         cs = [math.prod(size[k + 1:]) for k in range(len(size))]
 
         def flat(idx):   # out.flat[f] = x.flat[(f - s) mod numel]
-            g = sympy.Mod(sum(i * c for i, c in zip(idx, cs)) + (numel - s), numel)
-            return ld([sympy.Mod(sympy.floor(g / c), n) if n > 1 else sympy.Integer(0) for c, n in zip(cs, size)])
+            f = sum(i * c for i, c in zip(idx, cs))
+            g = sympy.Mod(f + (numel - s), numel) if s is not None else _mod_index(f, shifts[0], numel)
+            return ld([sympy.Integer(0) if n == 1 else sympy.Mod(sympy.floor(g / c), n) for c, n in zip(cs, size)])
         return _box(out, flat, x.device)
     dims = _int_list(dims)
     if len(dims) != len(shifts) or not size:
@@ -433,8 +453,11 @@ def _roll(x, shifts, dims=None):
     for dd, sh in zip(dims, shifts):
         d = dd % len(size)
         n = size[d]
-        s = sh % n if n else 0
+        s = _shift_mod(sh, n) if n != 0 else 0
         if s == 0:
+            continue
+        if s is None:      # a shift not proved smaller than a symbolic size: a modulo per index
+            ld = (lambda inner, d, n, sh: lambda idx: inner(_at(idx, d, _mod_index(idx[d], sh, n))))(ld, d, n, sh)
             continue
 
         def rolled(inner, d, n, s):
@@ -514,8 +537,9 @@ def _gather(x, dim, index, sparse_grad=False):
     if not size or len(size) != len(isize):
         raise Unsupported("gather with 0-d or different-rank operands")
     d = dim % len(size)
-    if any(isize[k] > size[k] for k in range(len(size)) if k != d):
-        raise Unsupported("gather: index larger than the input outside dim (eager raises)")
+    if not all(statically_known_leq(isize[k], size[k]) for k in range(len(size)) if k != d):
+        raise Unsupported("gather: index larger than the input outside dim (eager raises), or not proved "
+                          "at most the input's size for every size")
     xl, il = x.make_loader(), index.make_loader()
     return _box(out, lambda idx: xl(_at(idx, d, _checked(il(idx), size[d], "gather", d))), x.device)
 
@@ -594,7 +618,7 @@ def _index(x, indices):
     tens = [it for it in items if isinstance(it, TensorBox)]
     if not tens or len(items) - items.count(None) != nd:
         raise Unsupported("index without tensor indices / too many indices")
-    bshape = tuple(torch.broadcast_shapes(*[t.get_size() for t in tens]))
+    bshape = broadcast_size(*[t.get_size() for t in tens])
     plan, d = [], 0          # ("basic", in dim or None, start, step, length) / ("adv", in dim, item)
     for it in items:
         if it is None:

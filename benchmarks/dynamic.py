@@ -17,9 +17,9 @@
     ``compile_fx``).  Each variant runs in a fresh process with an empty kernel cache (Stax's
     ``TP_CACHE_DIR`` and Inductor's cache dir), so no variant is served kernels another compiled.
 
-While Stax is handed a graph specialised to each call's sizes (its backend's ``dynamic_shapes``
-is False), (a) compares two specialised kernels and (b)'s dynamic count equals the static one;
-the numbers become the comparison of §10 when Stax kernels are symbolic.
+Stax's kernels are shape-polymorphic (docs/stax.md "Shape-polymorphic kernels"): under
+``dynamic=True`` (a) times a kernel taking its sizes as arguments against one specialised to the
+size, and (b) counts one specialization for the whole sweep.
 
     python benchmarks/dynamic.py [--quick] [--calls N] [--repeats 15] [--no-torch-compile]
                                  [--skip-table] [--skip-sweep] [--json out.json]

@@ -114,6 +114,21 @@ def test_strided_view_input_strides_are_symbols(backend):
     assert re.search(r"s\d+ = \w+\.stride\(0\)", src), src
 
 
+def test_row_scratch_of_a_symbolic_row_is_a_heap_buffer():
+    """A row kept in a scratch array between phases (softmax's exps) with an unbounded symbolic
+    length: a per-thread heap buffer grown to the call's row (tp_row_scratch), right for rows far
+    longer than the stack's limit and for shorter ones after them."""
+    cf = tp.compile(lambda x: x.softmax(-1), dynamic=True, strict_native=True)
+    with tp.no_grad():
+        for n in (40, 20000, 7, 20000):
+            x = tp.randn(6, n) * 3
+            cf(x)
+            assert (cf(x) - x.softmax(-1)).abs().max().item() < 1e-6
+    (k,), _ = _kernel_sources(cf)
+    assert "tp_row_scratch<float>(0, s" in k
+    assert len(cf._cache) == 1
+
+
 def test_cpp_wrapper_is_shape_polymorphic():
     with tp.no_grad():
         cf, err = _run(lambda x, y: (x.sin() * y).sum(-1) + 1, lambda n: (tp.randn(n, 19), tp.randn(n, 19)),

@@ -24,7 +24,7 @@ from .... import config
 from ..choices import knob_views, price
 
 __all__ = ["parallel_depth", "stream_stores", "stream_store_min_bytes", "from_memory", "prefetch_chunk",
-           "split_loads", "omp_schedule", "row_scratch_fits", "KNOB_NAMES"]
+           "split_loads", "omp_schedule", "row_scratch_fits", "scratch_on_heap", "KNOB_NAMES"]
 
 #: the chapter's names of the CPU heuristics' knobs -> their names in tensorplay/compiler/config.py
 KNOB_NAMES = {
@@ -153,9 +153,20 @@ def row_scratch_fits(elements) -> bool:
     stack only up to ``SCRATCH_MAX_BYTES`` (``stax.cpp.scratch_max_bytes``): the row must stay in
     cache.  Asked by the plan (cpp/plan.py refuses a longer one) and, through
     ``CppBackend.fits_row_scratch``, by the lowerings that would make one."""
+    from ..sizevars import size_hint, size_upper_bound
+    n = size_upper_bound(elements)      # a symbolic row: its longest
+    if n is None:   # unbounded: a heuristic at the hint; the kernel then takes a heap scratch of
+        n = size_hint(elements)         # the call's row length (scratch_on_heap), correct for any
+    return n * 8 <= config.get("stax.cpp.scratch_max_bytes")
+
+
+def scratch_on_heap(elements) -> bool:
+    """Is a row scratch of ``elements`` values too long for the stack for some size (a symbolic row
+    with no upper bound that fits, or larger than ``SCRATCH_MAX_BYTES``)?  Then the kernel takes a
+    per-thread heap buffer grown to the call's row length (``tp_row_scratch``)."""
     from ..sizevars import size_upper_bound
-    n = size_upper_bound(elements)      # a symbolic row: its longest (None: unbounded)
-    return n is not None and n * 8 <= config.get("stax.cpp.scratch_max_bytes")
+    n = size_upper_bound(elements)
+    return n is None or n * 8 > config.get("stax.cpp.scratch_max_bytes")
 
 
 knob_views(__name__, KNOB_NAMES, {"STREAM_STORE_MIN_BYTES": lambda: stream_store_min_bytes()})

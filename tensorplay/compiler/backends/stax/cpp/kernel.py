@@ -194,15 +194,20 @@ class KernelGen:
             lines.append(ind * level + f"for (idx_t {m} = 0; {m} < {size}; {m} += 1) {{")
             level += 1
         # scratch arrays for inner locals read in a later phase
-        for name in self.plan.scratch:
+        for slot, name in enumerate(self.plan.scratch):
             arr = f"scratch_{name}"
             self.scratch[name] = arr
+            ct = STORAGE_CTYPE[self.dtypes[name]]
             cnt = math.prod(s for _, s in self.inner_loops)
-            if not isinstance(cnt, int):    # a symbolic row: sized for its longest (plan.py checked it fits)
-                cnt = size_upper_bound(math.prod((lp.size for lp in self.plan.inner_loops), start=1))
-                if cnt is None:
-                    raise Unsupported("a row scratch array of unbounded symbolic length")
-            lines.append(ind * level + f"alignas(64) {STORAGE_CTYPE[self.dtypes[name]]} {arr}[{max(cnt, 1)}];")
+            if not isinstance(cnt, int):    # a symbolic row: on the stack sized for its longest, or on the heap
+                row = math.prod((lp.size for lp in self.plan.inner_loops), start=1)
+                if choices.scratch_on_heap(row):
+                    if slot >= 8 or ct == "bool":   # (tp_row_scratch: 8 slots; std::vector<bool> packs bits)
+                        raise Unsupported("a heap row scratch of bools, or more than 8 of them")
+                    lines.append(ind * level + f"{ct}* __restrict__ {arr} = tp_row_scratch<{ct}>({slot}, {cexpr(row)});")
+                    continue
+                cnt = size_upper_bound(row)
+            lines.append(ind * level + f"alignas(64) {ct} {arr}[{max(cnt, 1)}];")
         for p in range(nphase):
             lines += self._gen_phase(p, level)
         for _ in self.outer_loops:

@@ -466,6 +466,13 @@ class CppHandler:
             return x
         if dtype == torch.bool:
             return self._emit(f"tp_bool_from_mask({x} != {vec_type(x.dtype)}(0))", torch.bool)
+        e = self._sym.get(x.name)
+        if isinstance(e, sympy.Expr) and e.free_symbols and e.free_symbols <= _size_symbols():
+            # a count of size arguments (mean's n): one scalar conversion, broadcast -- a vector
+            # cast in the loop body is not hoisted by the C++ compiler
+            v = self._emit(f"{vec_type(dtype)}(static_cast<{CTYPE[dtype]}>({cexpr(e)}))", dtype)
+            self._uniform.add(v.name)
+            return v
         return self._emit(f"tp::cast<{CTYPE[dtype]}>({x})", dtype)
 
     def where(self, c, a, b):

@@ -5,6 +5,17 @@
 #include "cpp_prelude.h"
 #include <cstdint>
 #include <limits>
+#include <vector>
+
+// A row scratch array of a symbolic length (a row with no declared upper bound): one heap buffer
+// per thread and slot, grown to the longest row seen, so a kernel allocates only when rows grow.
+template <typename T>
+inline T* tp_row_scratch(int slot, int64_t n) {
+  thread_local std::vector<T> bufs[8];
+  std::vector<T>& b = bufs[slot];
+  if (static_cast<int64_t>(b.size()) < n) b.resize(static_cast<size_t>(n));
+  return b.data();
+}
 
 template <typename M>
 inline tp::Vec<int32_t> tp_bool_from_mask(const M& m) {

@@ -21,8 +21,8 @@ Stax's kernels are shape-polymorphic (docs/stax.md "Shape-polymorphic kernels"):
 ``dynamic=True`` (a) times a kernel taking its sizes as arguments against one specialised to the
 size, and (b) counts one specialization for the whole sweep.
 
-    python benchmarks/dynamic.py [--quick] [--calls N] [--repeats 15] [--no-torch-compile]
-                                 [--skip-table] [--skip-sweep] [--json out.json]
+    python benchmarks/dynamic.py [--quick] [--calls N] [--static-calls M] [--repeats 15]
+                                 [--no-torch-compile] [--skip-table] [--skip-sweep] [--json out.json]
 """
 from __future__ import annotations
 
@@ -180,22 +180,30 @@ def _torch(t):
     return t.torch() if hasattr(t, "torch") else t
 
 
-def sweep(calls, seed, variants, timeout):
-    """Each variant in a fresh process with empty kernel caches."""
+def sweep(calls, seed, variants, timeout, static_calls=None):
+    """Each variant in a fresh process with empty kernel caches.  ``static_calls``: the static
+    variant runs only the first that many calls (it compiles once per distinct length, ~5 s each on
+    the 2-core VM); its record then projects the compile time of all ``calls`` as the distinct
+    lengths among them times its mean compile time (``projected_compile_s``, marked as such)."""
     out = []
     for v in variants:
+        n_calls = calls if v != "static" or not static_calls else min(calls, static_calls)
         with tempfile.TemporaryDirectory() as tmp:
             env = dict(os.environ, TP_CACHE_DIR=os.path.join(tmp, "stax"),
                        TORCHINDUCTOR_CACHE_DIR=os.path.join(tmp, "inductor"))
             root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
             env["PYTHONPATH"] = root + os.pathsep + env.get("PYTHONPATH", "")
             t0 = time.perf_counter()
-            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--sweep-worker", v, "--calls", str(calls),
+            p = subprocess.run([sys.executable, os.path.abspath(__file__), "--sweep-worker", v, "--calls", str(n_calls),
                                 "--seed", str(seed)], env=env, capture_output=True, text=True, timeout=timeout)
             if p.returncode:
                 raise RuntimeError(f"sweep variant {v!r} failed:\n{p.stderr[-3000:]}")
             rec = json.loads(p.stdout.strip().splitlines()[-1])
             rec["process_s"] = time.perf_counter() - t0
+            if n_calls < calls and rec["compiling_calls"]:
+                full = len(set(lengths(calls, seed)))
+                rec["projected"] = dict(calls=calls, specializations=full,
+                                        compile_s=full * rec["compile_s"] / rec["compiling_calls"])
             out.append(rec)
             print(f"  {v}: {rec['specializations']} specializations, compile {rec['compile_s']:.1f} s", flush=True)
     return out
@@ -207,6 +215,11 @@ def print_sweep(rows):
     print(format_table([(r["variant"], r["calls"], r["distinct_lengths"], r["specializations"], r["compiling_calls"],
                          f"{r['compile_s']:.1f}", f"{r['other_calls_s']:.2f}", f"{r['process_s']:.1f}",
                          f"{r['max_abs_diff_last']:.2g}") for r in rows], headers))
+    for r in rows:
+        if "projected" in r:
+            pj = r["projected"]
+            print(f"  {r['variant']} projected to {pj['calls']} calls: {pj['specializations']} specializations (the "
+                  f"distinct lengths), ~{pj['compile_s']:.0f} s of compilation (its mean compile time; not measured)")
 
 
 def main(argv=None):
@@ -221,6 +234,8 @@ def main(argv=None):
     p.add_argument("--no-torch-compile", action="store_true", help="leave torch.compile out of the sweep")
     p.add_argument("--skip-table", action="store_true")
     p.add_argument("--skip-sweep", action="store_true")
+    p.add_argument("--static-calls", type=int, default=None,
+                   help="run the static variant for only this many of the calls and project the rest")
     p.add_argument("--timeout", type=float, default=4 * 3600, help="seconds per sweep variant")
     p.add_argument("--json", default="", help="also write the results as JSON to this file ('-': stdout)")
     p.add_argument("--sweep-worker", choices=VARIANTS, help=argparse.SUPPRESS)
@@ -246,7 +261,7 @@ def main(argv=None):
         vs = [v for v in VARIANTS if v != "torch.compile" or not a.no_torch_compile]
         print(f"(b) length sweep: {calls} calls of a 2-layer MLP over (L, {WIDTH}), L uniform in 1..{MAX_LEN} "
               f"(seed {a.seed}); each variant in a fresh process with empty kernel caches")
-        res["sweep"] = sweep(calls, a.seed, vs, a.timeout)
+        res["sweep"] = sweep(calls, a.seed, vs, a.timeout, a.static_calls)
         print_sweep(res["sweep"])
     if a.json:
         for r in res.get("table", []):

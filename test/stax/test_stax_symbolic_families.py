@@ -41,7 +41,8 @@ CASES = {
                                            lambda n: (tp.randn(n, 5),), 0),
     "view: select / narrow": ("view", lambda x: x[:, 1] + x.narrow(1, 0, 2).sum(1), lambda n: (tp.randn(n, 5),), 1e-6),
     "view: pad": ("view", lambda x: F.pad(x, (1, 2)) + 1, lambda n: (tp.randn(n, 5),), 0),
-    "view: roll / flip / tril": ("view", lambda x: x.roll(1, 0).flip(0).tril() + x.roll(-2, 1), lambda n: (tp.randn(n, n),), 0),
+    "view: roll / flip / tril": ("view", lambda x: x.roll(1, 0).flip(0).tril() + x.roll(-2, 1) + x.roll(3, 0)
+                                 + x.roll(-5), lambda n: (tp.randn(n, n),), 0),
     "view: repeat": ("view", lambda x: x.repeat(2, 1) + 1, lambda n: (tp.randn(n, 3),), 0),
     "view: gather / index_select": ("view", lambda x, i: x.index_select(0, i) + x.gather(1, i.unsqueeze(1).remainder(4)),
                                     lambda n: (tp.randn(n, 4), tp.randint(0, n, (n,))), 1e-6),

@@ -114,6 +114,18 @@ def _fraction(e):
     return sympy.expand(num), int(den)
 
 
+def _size_fraction(e):
+    """``e`` as (numerator, denominator) where the denominator is a positive int or a size
+    expression of the kernel's size symbols proved >= 1 (a flat index divided by a symbolic row
+    length); else Unsupported."""
+    num, den = sympy.fraction(sympy.together(e))
+    if den.is_Integer and int(den) > 0:
+        return sympy.expand(num), int(den)
+    if den.free_symbols and den.free_symbols <= _size_symbols() and _le(1, den):
+        return sympy.expand(num), den
+    raise Unsupported(f"index division by a non-constant in {e}")
+
+
 def _size_symbols() -> frozenset:
     from .sizevars import current
     return current().symbols
@@ -181,11 +193,16 @@ def bound(expr, ranges: dict) -> Interval:
         # is provably >= 1 (a roll or repeat along a symbolic dim)
         if not (q.is_Integer and int(q) > 0 or q.free_symbols and q.free_symbols <= _size_symbols() and _le(1, q)):
             raise Unsupported(f"Mod by a non-constant in {e}")
+        if not q.is_Integer:    # printed as a floored modulo (cpp/ops.cexpr): any argument's sign
+            iv = bound(a, ranges)
+            return iv if _le(0, iv.lo) and _le(iv.hi + 1, q) else Interval(0, _num(q - 1))
         iv = _nonneg(a, ranges, e)
         return iv if _le(iv.hi + 1, q) else Interval(0, _num(q - 1))
     if isinstance(e, sympy.floor):
-        num, den = _fraction(e.args[0])
+        num, den = _size_fraction(e.args[0])
         iv = _nonneg(num, ranges, e)
+        if not isinstance(den, int):    # a symbolic divisor >= 1: floor(num / den) in [0, num]
+            return Interval(0, iv.hi)
         return Interval(_floordiv(iv.lo, den), _floordiv(iv.hi, den))
     raise Unsupported(f"no interval rule for {e}")
 
@@ -349,7 +366,7 @@ def magnitude(expr, ranges: dict) -> int:
     if isinstance(e, sympy.Mod):
         return _extreme([magnitude(e.args[0], ranges), abs(int(e.args[1])) if e.args[1].is_Integer else 0], False)
     if isinstance(e, sympy.floor):
-        return magnitude(_fraction(e.args[0])[0], ranges)
+        return magnitude(_size_fraction(e.args[0])[0], ranges)
     iv = bound(e, ranges)
     return _extreme([_abs(iv.lo), _abs(iv.hi)], False)
 

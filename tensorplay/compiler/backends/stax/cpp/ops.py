@@ -20,7 +20,7 @@ import re
 import sympy
 import torch
 
-from ..bounds import IndirectIndex, _fraction, _size_symbols, bound
+from ..bounds import IndirectIndex, _fraction, _size_fraction, _size_symbols, bound
 from ..ir import Unsupported
 from ..ops_handler import COMPARE
 
@@ -71,7 +71,7 @@ class _Val:
 
 def cexpr(e) -> str:
     """Print a sympy index expression as C++ integer arithmetic: affine terms, ``Mod(a, q)`` as
-    ``a % q`` and ``floor(p / q)`` as ``p / q`` (truncation == floor: bounds.py proves ``a, p >= 0``
+    ``a % q`` (a symbolic ``q``: the floored ``((a % q) + q) % q``) and ``floor(p / q)`` as ``p / q`` (truncation == floor: bounds.py proves ``a, p >= 0``
     before a kernel is generated).  Symbols print as C++ variables (loop variables, or a
     ``tp::Vec<int64_t>`` of lane indices / checked indices in gathers)."""
     e = sympy.expand(e)
@@ -85,11 +85,16 @@ def cexpr(e) -> str:
         if any(a.is_Rational and not a.is_Integer for a in e.args):
             raise Unsupported(f"fractional index expression {e}")
         return "(" + " * ".join(cexpr(a) for a in e.args) + ")"
-    if isinstance(e, sympy.Mod) and (e.args[1].is_Integer or e.args[1].free_symbols <= _size_symbols()):
-        return f"({cexpr(e.args[0])} % {cexpr(e.args[1])})"      # (a symbolic modulus: a size argument)
+    if isinstance(e, sympy.Mod) and e.args[1].is_Integer:
+        return f"({cexpr(e.args[0])} % {int(e.args[1])})"
+    if isinstance(e, sympy.Mod) and e.args[1].free_symbols <= _size_symbols():
+        # a modulus of size arguments (roll, repeat along a symbolic dim): sympy drops multiples of
+        # it from the argument, whose sign is then unknown -- a floored modulo, right for either sign
+        q = cexpr(e.args[1])
+        return f"((({cexpr(e.args[0])} % {q}) + {q}) % {q})"
     if isinstance(e, sympy.floor):
-        num, den = _fraction(e.args[0])
-        return f"({cexpr(num)} / {den})"
+        num, den = _size_fraction(e.args[0])      # (a symbolic divisor: a size argument)
+        return f"({cexpr(num)} / {den if isinstance(den, int) else cexpr(den)})"
     if e.is_Pow and e.exp.is_Integer and 0 < int(e.exp) <= 4:     # a size squared: repeated products
         return "(" + " * ".join([cexpr(e.base)] * int(e.exp)) + ")"
     raise Unsupported(f"non-affine index expression {e}")

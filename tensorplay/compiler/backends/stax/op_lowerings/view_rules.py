@@ -421,10 +421,8 @@ def _shift_mod(sh: int, n):
 
 
 def _mod_index(i, sh, n):
-    """``(i - sh) mod n`` over a symbolic ``n >= 2`` as ``Mod(i - sh + m*n, n)`` with ``m*n >= sh``
-    for every ``n`` (a non-negative argument: bounds.py's rule for Mod)."""
-    m = max(0, -(-sh // 2))
-    return sympy.Mod(i - sh + m * n, n)
+    """``(i - sh) mod n`` over a symbolic ``n`` (printed as a floored modulo, cpp/ops.cexpr)."""
+    return sympy.Mod(i - sh, n)
 
 
 @register_lowering("roll")

@@ -119,11 +119,9 @@ def _size_fraction(e):
     expression of the kernel's size symbols proved >= 1 (a flat index divided by a symbolic row
     length); else Unsupported."""
     num, den = sympy.fraction(sympy.together(e))
-    if den.is_Integer and int(den) > 0:
-        return sympy.expand(num), int(den)
     if den.free_symbols and den.free_symbols <= _size_symbols() and _le(1, den):
         return sympy.expand(num), den
-    raise Unsupported(f"index division by a non-constant in {e}")
+    return _fraction(e)
 
 
 def _size_symbols() -> frozenset:

@@ -27,7 +27,7 @@ import sympy
 import torch
 
 from ... import config
-from ...capture.symbolic import fake_mode_of, map_leaves
+from ...capture.fakes import fake_mode_of, map_leaves
 from ...graph.node import map_arg
 from . import choices
 from .sizevars import SizeVarAllocator, statically_known_lt

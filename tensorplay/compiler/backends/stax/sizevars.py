@@ -76,6 +76,7 @@ class SizeVarAllocator:
         self.var_to_range: dict[sympy.Symbol, tuple] = {}
         self.guards: list = []
         self.shape_env = None    # the capture's torch ShapeEnv, once a symbolic size came from it
+        self._facts = None       # (number of the ShapeEnv's guards read, facts()) -- derived, cached
 
     # -- symbols ---------------------------------------------------------------------------------
     def symbol(self, name: str, hint: int, lo: int = 2, hi=None) -> sympy.Symbol:
@@ -163,8 +164,7 @@ class SizeVarAllocator:
         if not syms or not self.is_size_expr(e) or any(self.var_to_range.get(s, (2, None))[1] is None for s in syms):
             return None
         p = sympy.expand(e)
-        # monotone in every symbol: no negative coefficient except the constant term's
-        if not p.is_polynomial(*syms) or any(c < 0 for m, c in sympy.Poly(p, *syms).terms() if any(m)):
+        if not _grows_with(p, syms):
             return None
         return int(p.xreplace({s: sympy.Integer(self.var_to_range[s][1]) for s in syms}))
 
@@ -229,8 +229,11 @@ class SizeVarAllocator:
         with ``g >= 0`` (an index at most an input's size).  The specialisation key checks every
         such guard on every call, so a kernel may rely on them."""
         env = self.shape_env
+        guards = env.guards if env is not None else ()
+        if self._facts is not None and self._facts[0] == len(guards):   # (guards are only appended)
+            return self._facts[1]
         eqs, ineqs = [], []
-        for g in (env.guards if env is not None else ()):
+        for g in guards:
             c = env.replace(g.expr)
             if not isinstance(c, sympy.core.relational.Relational) or c.rel_op == "!=":
                 continue
@@ -243,6 +246,7 @@ class SizeVarAllocator:
             else:   # >=, >, <=, <: integer sizes, so a strict relation is one more
                 d = lhs - rhs if c.rel_op in (">=", ">") else rhs - lhs
                 ineqs.append(sympy.expand(d - 1 if c.rel_op in (">", "<") else d))
+        self._facts = (len(guards), (eqs, ineqs))
         return eqs, ineqs
 
     def _nonnegative_by_ranges(self, e) -> bool:
@@ -278,8 +282,7 @@ class SizeVarAllocator:
             num, den = sympy.fraction(sympy.together(a.args[0]))
             syms = sorted(num.free_symbols, key=str)
             if not den.is_Integer or den <= 0 or not syms or not num.free_symbols <= self.symbols \
-                    or not num.is_polynomial(*syms) \
-                    or any(c < 0 for m, c in sympy.Poly(num, *syms).terms() if any(m)):
+                    or not _grows_with(num, syms):
                 return None
             low = num.xreplace({x: sympy.Integer(self.var_to_range[x][0]) for x in syms})
             sub[a] = sympy.floor(low / den) + t
@@ -406,6 +409,12 @@ def _integer_parts(e, side: str):
     return e.xreplace(sub)
 
 
+def _grows_with(p, syms) -> bool:
+    """Is ``p`` a polynomial in ``syms`` that grows with each of them (no negative coefficient but
+    the constant term's)?  Its least and largest values are then at the symbols' range ends."""
+    return p.is_polynomial(*syms) and not any(c < 0 for m, c in sympy.Poly(p, *syms).terms() if any(m))
+
+
 def _multipliers(e, g) -> list:
     """Positive ``c`` for which ``e - c*g`` cancels a term of ``g`` (``3*s0 - 3*s1 + 6`` against
     ``g = s0 - s1 + 2``: ``c = 3``; ``s2*s0 - s2*s1 + 2*s2``: ``c = s2``, a size), 1 first: the
@@ -415,7 +424,7 @@ def _multipliers(e, g) -> list:
         c, m = t.as_coeff_Mul()
         if m != 1:
             r = sympy.expand(e).coeff(m) / c     # a positive number, or a positive monomial of sizes
-            if r != 0 and r.is_positive and r.is_Mul in (True, False) and not r.is_Add and r not in out:
+            if r != 0 and r.is_positive and not r.is_Add and r not in out:
                 out.append(r)
     return out
 
@@ -429,7 +438,7 @@ def _finite(v):
 
 
 def _backed_hint(env, s):
-    from ...capture.symbolic import sample_values
+    from ...capture.fakes import sample_values
     v = sample_values(env).get(s)
     return None if v is None or not sympy.sympify(v).is_Integer else int(v)
 

@@ -415,7 +415,9 @@ def _shift_mod(sh: int, n):
     n = sympy.sympify(n)
     if n.is_Integer:
         return sh % int(n) if n else 0
-    if sh == 0 or not statically_known_lt(abs(sh), n):
+    if sh == 0:
+        return 0
+    if not statically_known_lt(abs(sh), n):
         return None
     return sh if sh > 0 else n + sh
 

@@ -20,7 +20,13 @@ each kernel's pointer-array entry through the extension too).
 what a call finds after a kernel that streamed a large tensor (docs/stax.md "Call overhead with
 cold caches").
 
+``--device cuda`` runs the same variants on 8 float32 on a GPU (no C++ wrapper variants there, no
+``--mechanisms``): every reading includes the device's work (CUDA events around the ``--number``
+calls, after a synchronisation: ``utils.benchmark.cuda_time_fn``), and ``--cold`` evicts the L2
+instead (an untimed pass over a device buffer of 4x the L2, at least 256 MiB).
+
     python benchmarks/call_overhead.py [--number 20000] [--repeats 15] [--backend eager] [--mechanisms] [--cold]
+                                       [--device cpu|cuda]
 """
 from __future__ import annotations
 
@@ -29,7 +35,7 @@ import argparse
 import torch
 
 import tensorplay as tp
-from tensorplay.utils.benchmark import compare, format_table, machine_description
+from tensorplay.utils.benchmark import compare, cuda_l2_bytes, format_table, machine_description
 
 
 def main(argv=None):
@@ -42,22 +48,29 @@ def main(argv=None):
     p.add_argument("--cold", action="store_true",
                    help="one call per reading, each after a pass over 4x the last-level cache (what a call "
                         "finds after a kernel that streamed a large tensor)")
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"],
+                   help="where the 8 elements live (cuda: CUDA-event timing, the L2 evicted for --cold)")
     a = p.parse_args(argv)
+    cuda = a.device == "cuda"
+    if cuda and a.mechanisms:
+        p.error("--mechanisms times the CPU's C++ entry: not with --device cuda")
+    if cuda and not torch.cuda.is_available():
+        p.error("--device cuda: torch.cuda.is_available() is False")
     if a.mechanisms:
         return call_mechanisms(a.repeats, a.number)
 
     def f(x):
         return x * 2 + 1
 
-    xt = torch.randn(8)
+    xt = torch.randn(8, device=a.device)
     x = tp.from_torch(xt.clone())
-    fresh = [tp.from_torch(torch.randn(8)) for _ in range(64)]
+    fresh = [tp.from_torch(torch.randn(8, device=a.device)) for _ in range(64)]
     cf = tp.compile(f, backend=a.backend)
     fns = {"tp eager": lambda: f(x), "tp.compile first-level": lambda: cf(x),
            "tp.compile fresh tensors": _fresh_caller(tp.compile(f, backend=a.backend), x, fresh),
            "torch eager": lambda: f(xt)}
     cf(x)
-    if a.backend == "stax":
+    if a.backend == "stax" and not cuda:
         fns.update(_cpp_wrapper_variants(f, cf, x, fresh))
     if not a.no_torch_compile:
         try:
@@ -67,18 +80,23 @@ def main(argv=None):
         except Exception as e:  # noqa: BLE001
             print(f"torch.compile unavailable: {e}")
     if a.cold:
-        from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes
-        evict = torch.randn(max(4 * _last_level_cache_bytes(), 64 << 20) // 4)
-        r = compare(fns, repeats=a.repeats, number=1, warmup=100, before=evict.sum)
+        if cuda:    # the L2: a device buffer of 4x its size (60 MB on an H200), at least 256 MiB
+            evict = torch.randn(max(4 * cuda_l2_bytes(), 256 << 20) // 4, device="cuda")
+        else:
+            from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes
+            evict = torch.randn(max(4 * _last_level_cache_bytes(), 64 << 20) // 4)
+        r = compare(fns, repeats=a.repeats, number=1, warmup=100, before=evict.sum, device=a.device)
     else:
-        r = compare(fns, repeats=a.repeats, number=a.number, warmup=100)
+        r = compare(fns, repeats=a.repeats, number=a.number, warmup=100, device=a.device)
     rows = []
     for k, s in r.items():
         lo, hi, _ = s.ci
         rows.append((k, f"{s.median * 1e6:.2f}", f"[{lo * 1e6:.2f}, {hi * 1e6:.2f}]", f"{s.min * 1e6:.2f}"))
-    print(f"machine: {machine_description()}")
-    print(f"f(x) = x * 2 + 1 on 8 float32; {a.repeats} interleaved readings x "
-          + ("1 call after evicting the last-level cache" if a.cold else f"{a.number} calls") + "; µs per call\n")
+    print(f"machine: {machine_description(a.device)}")
+    print(f"f(x) = x * 2 + 1 on 8 float32{' on cuda' if cuda else ''}; {a.repeats} interleaved readings x "
+          + (("1 call after evicting the L2" if cuda else "1 call after evicting the last-level cache") if a.cold
+             else f"{a.number} calls") + ("; each reading timed by CUDA events, device work included" if cuda else "")
+          + "; µs per call\n")
     print(format_table(rows, ["variant", "median", "95% CI", "min"]))
     for ref, others in (("tp.compile first-level", ("C++ wrapper first-level", "torch eager", "torch.compile")),
                         ("Python wrapper only", ("C++ wrapper only",))):

@@ -5,6 +5,7 @@ Cases (8192 x 2048 float32 = 64 MiB; the softmax rows are 16384 x 1000):
   table 13.1 (fusion): ex 1.1 (relu(x + w) * 2).sum(-1); ex 7.1 x / x.sum(-1, keepdim=True);
                        five-op softmax; F.softmax; ex 7.2 exp -> sum and amax; LayerNorm -> GELU -> x0.5
   table 13.2 (single ops): exp, x + 1, relu, row sum, row amax
+  (on a GPU, ``--device cuda``: 32768 x 2048 = 256 MiB and softmax rows of 65536 x 1000; see below)
 
 Per case, four variants are timed interleaved in one run (§13.1): tp eager, tp compiled
 (``tp.compile(strict_native=True)``: Stax kernels only, no fallback), torch eager and
@@ -39,11 +40,31 @@ time.  ``--steady`` re-runs the same table in the steady state of a long-running
 told to keep freed memory (``MALLOC_MMAP_MAX_=0``, a large ``MALLOC_TRIM_THRESHOLD_``), so a fresh
 output reuses pages that are already mapped and the page faults disappear for every variant alike.
 
+``--device cuda`` runs the same table on a GPU, with inputs made on the device: 32768 x 2048 float32
+(256 MiB) for the cases of 8192 x 2048 on the CPU, softmax rows 65536 x 1000; ``--quick`` divides
+both dimensions by 4 there too.  Every reading includes the device's work: CUDA events on the
+current stream around the call, after a synchronisation (``utils.benchmark.cuda_time_fn``, which
+``compare(device=...)`` uses).  B is the device's read bandwidth, the row sum of a 1 GiB tensor
+(at least 16x the L2, 60 MB on an H200: no eviction is needed or done, the inputs are simply large),
+min over round medians as on the CPU, and beside it the device-to-device copy bandwidth of
+``y.copy_(x)`` on 1 GiB, counting the bytes read and written; ``beta_c/copy`` gives beta_c as a
+fraction of it (the GPU target: beta_c >= 85 % of the measured copy bandwidth).  B's probe joins the
+rounds of every case whose inputs exceed twice the L2 (all of them at the full sizes).  A case that
+``tp.compile(strict_native=True)`` cannot compile (on a GPU, the Triton backend may raise
+StaxStrictError) is reported with its error and the others go on; its tp-compiled cells read
+"n/a".  ``--steady`` is for the CPU only (device outputs come from PyTorch's caching allocator,
+which keeps freed memory anyway).  ``--json PATH`` also writes the table's numbers (per case: the
+variants' readings, medians and CIs in ms, the ratios, bandwidths in GB/s; and the bandwidth
+rounds) to PATH.
+
     python benchmarks/table13.py [--repeats 15] [--quick] [--steady] [--no-torch-compile] [--cases ex1.1,ex7.1]
+                                 [--device cpu|cuda] [--json PATH]
 """
 from __future__ import annotations
 
 import argparse
+import json
+import math
 import os
 import statistics
 import sys
@@ -54,8 +75,12 @@ import torch
 import tensorplay as tp
 import tensorplay.nn.functional as F
 from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes
-from tensorplay.utils.benchmark import (Stats, compare, format_table, machine_description, paired_ratio,
-                                       speedup_decomposition, torch_variants)
+from tensorplay.utils.benchmark import (Stats, compare, cuda_l2_bytes, format_table, machine_description,
+                                       paired_ratio, speedup_decomposition, synchronize, torch_variants)
+
+# sizes (R, C, SR, SC) of ``cases`` on each device: R x C for the table-13.1/13.2 cases, SR x SC softmax rows
+SIZES = {"cpu": (8192, 2048, 16384, 1000), "cuda": (32768, 2048, 65536, 1000)}
+CUDA_PROBE_BYTES = 1 << 30     # B's probe on a GPU: at least this, and at least 16x the L2
 
 
 def five_op_softmax(x, lib):
@@ -117,6 +142,30 @@ def bandwidth_round(readings=7):
     return nbytes / statistics.median(cold), nbytes / statistics.median(warm)
 
 
+_CUDA_X = None    # B's probe on a GPU (CUDA_PROBE_BYTES) and the destination of the copy probe
+_CUDA_Y = None
+
+
+def cuda_bandwidth_round(readings=7):
+    """One round of the GPU's bandwidth probes, each reading timed with CUDA events
+    (``compare(device="cuda")``): the row sum of ``x``, a float32 tensor of 1 GiB (B: the device's
+    read bandwidth), and the device-to-device copy ``y.copy_(x)`` of it (read + write: 2 GiB moved),
+    ``readings`` readings of each, interleaved, after one warm-up call.  No cache is evicted: the
+    tensor is at least 16x the L2 (60 MB on an H200), so a pass over it leaves at most a
+    sixteenth of the next one's bytes in the L2.  Returns (bytes per second of the median read
+    reading, of the median copy reading)."""
+    global _CUDA_X, _CUDA_Y
+    if _CUDA_X is None:
+        nbytes = max(CUDA_PROBE_BYTES, 16 * cuda_l2_bytes())
+        _CUDA_X = torch.randn(-(-nbytes // (4 * 2048)), 2048, device="cuda")
+        _CUDA_Y = torch.empty_like(_CUDA_X)
+    x, y = _CUDA_X, _CUDA_Y
+    r = compare({"read": lambda: x.sum(-1), "copy": lambda: y.copy_(x)}, repeats=readings, warmup=1,
+                device="cuda")
+    nbytes = x.numel() * 4
+    return nbytes / r["read"].median, 2 * nbytes / r["copy"].median
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=15)
@@ -126,26 +175,38 @@ def main(argv=None):
     p.add_argument("--cases", default="")
     p.add_argument("--steady", action="store_true",
                    help="steady state: freed memory stays mapped (glibc settings), no page faults on outputs")
+    p.add_argument("--device", default="cpu", choices=sorted(SIZES),
+                   help="where the inputs live and every variant runs (cuda: larger sizes, CUDA-event timing)")
+    p.add_argument("--json", metavar="PATH", help="also write the table's numbers to PATH as JSON")
     a = p.parse_args(argv)
+    cuda = a.device == "cuda"
+    if cuda and a.steady:
+        p.error("--steady is for the CPU: on cuda, outputs come from PyTorch's caching allocator")
+    if cuda and not torch.cuda.is_available():
+        p.error("--device cuda: torch.cuda.is_available() is False")
     if a.steady and os.environ.get("MALLOC_MMAP_MAX_") != "0":
         # glibc reads these at start-up only: re-execute this script with them set
         env = dict(os.environ, MALLOC_MMAP_MAX_="0", MALLOC_TRIM_THRESHOLD_=str(1 << 40))
         os.execve(sys.executable, [sys.executable] + sys.argv, env)
     scale = 4 if a.quick else 1
-    table = cases(8192 // scale, 2048 // scale, 16384 // scale, 1000 // scale)
+    table = cases(*(n // scale for n in SIZES[a.device]))
     if a.cases:
         want = [c.strip() for c in a.cases.split(",")]
         table = {k: v for k, v in table.items() if any(k.startswith(w) for w in want)}
-    rounds = []   # read-bandwidth rounds, one before every case and one at the end
-    print(f"machine: {machine_description()}")
-    print("allocation: " + ("steady state (freed memory stays mapped: MALLOC_MMAP_MAX_=0)" if a.steady else
+    rounds = []   # bandwidth rounds, one before every case and one at the end
+    probe_round = cuda_bandwidth_round if cuda else bandwidth_round
+    cache = cuda_l2_bytes() if cuda else _last_level_cache_bytes()
+    print(f"machine: {machine_description(a.device)}")
+    print("allocation: " + ("device outputs from PyTorch's CUDA caching allocator (freed blocks are reused)" if cuda
+                            else "steady state (freed memory stays mapped: MALLOC_MMAP_MAX_=0)" if a.steady else
                             "fresh outputs (default glibc policy: large buffers are mmap-ed and page-faulted)"))
-    print(f"{a.repeats} interleaved readings after {a.warmup} warm-up calls; times in ms, median [95% CI]\n")
-    rows = []
-    g = torch.Generator().manual_seed(0)
+    print(f"{a.repeats} interleaved readings after {a.warmup} warm-up calls; times in ms, median [95% CI]"
+          + ("; every reading timed by CUDA events around the call, after a synchronisation" if cuda else "") + "\n")
+    results = []
+    g = torch.Generator(device=a.device).manual_seed(0)
     for name, (fn, shapes, eager_elems) in table.items():
-        rounds.append(bandwidth_round())
-        tins = [torch.randn(s, generator=g) for s in shapes]
+        rounds.append(probe_round())
+        tins = [torch.randn(s, generator=g, device=a.device) for s in shapes]
         # zero-copy: every variant reads the same memory.  Two copies of one tensor can differ in
         # read speed by 20 % on this VM (the same ATen row sum: 2.18-2.68 ms over six 64 MiB buffers)
         pins = [tp.from_torch(t) for t in tins]
@@ -155,67 +216,176 @@ def main(argv=None):
 
         def f_torch(*xs, _fn=fn):
             return _fn(*xs, torch)
-        t0 = time.perf_counter()
-        cf = tp.compile(f_tp, strict_native=True)
-        cf(*pins)
-        compile_s = time.perf_counter() - t0
-        comp_bytes = _compiled_bytes(cf)
+        cf, compile_s, comp_bytes, error = _compile(f_tp, pins, a.device)
+        if error:
+            print(f"{name}: tp.compile(strict_native=True) failed on {a.device} (its tp-compiled cells: n/a): {error}")
         # (torch_variants resets dynamo: one f_torch per case never meets its recompile limit)
-        variants = {"tp eager": lambda: f_tp(*pins), "tp compiled": lambda: cf(*pins),
-                    **torch_variants(f_torch, *tins, torch_compile=not a.no_torch_compile)}
+        variants = {"tp eager": lambda: f_tp(*pins)}
+        if cf is not None:
+            variants["tp compiled"] = lambda _cf=cf: _cf(*pins)
+        variants.update(torch_variants(f_torch, *tins, torch_compile=not a.no_torch_compile))
         # B's probe in the case's own rounds, where the LLC eviction before it cannot change the
-        # other readings: inputs of more than twice the LLC (ex 1.1) never stay in it anyway
-        probe = sum(t.numel() * t.element_size() for t in tins) > 2 * _last_level_cache_bytes()
+        # other readings: inputs of more than twice the LLC (ex 1.1) never stay in it anyway.  (On a
+        # GPU nothing is evicted, and inputs of more than twice the L2 are every case's at full size.)
+        bw_x = _CUDA_X if cuda else _BW_X
+        probe = bool(comp_bytes) and sum(t.numel() * t.element_size() for t in tins) > 2 * cache
         if probe:
-            variants["B probe"] = lambda: _BW_X.sum(-1)
-        r = compare(variants, repeats=a.repeats, warmup=a.warmup, before={"B probe": _EVICT.sum})
-        # beta_c / B per round: (comp_bytes / t_c) / (probe bytes / t_probe), both read in one round
-        frac = Stats("beta_c/B", [comp_bytes / tc * tb / (_BW_X.numel() * 4)
-                                  for tc, tb in zip(r["tp compiled"].times, r["B probe"].times)]) if probe else None
-        te, tc_ = r["tp eager"].median, r["tp compiled"].median
-        eb = eager_elems * 4
-        dec = speedup_decomposition(te, tc_, eb, comp_bytes)
-
-        vs_tc = (r["torch.compile"].median / tc_) if "torch.compile" in r else float("nan")
-        vs_te = r["torch eager"].median / tc_
-
-        def paired(k):
-            if k not in r:
-                return "-"
-            m, lo, hi = paired_ratio(r, k, "tp compiled")
-            return f"{m:.2f} [{lo:.2f}, {hi:.2f}]"
-        rows.append((name, r["tp eager"].ms(), r["tp compiled"].ms(), r["torch eager"].ms(),
-                     r["torch.compile"].ms() if "torch.compile" in r else "-",
-                     f"{dec['S']:.2f}", f"{vs_te:.2f}", f"{vs_tc:.2f}", f"{dec['rho']:.2f}",
-                     f"{dec['beta_e'] / 1e9:.1f}", f"{dec['beta_c'] / 1e9:.1f}", dec["beta_c"],
-                     f"{compile_s:.1f}", paired("torch eager"), paired("torch.compile"),
-                     f"{frac.median:.0%} [{frac.ci[0]:.0%}, {frac.ci[1]:.0%}]" if frac else "-"))
+            variants["B probe"] = lambda: bw_x.sum(-1)
+        r = compare(variants, repeats=a.repeats, warmup=a.warmup, before=None if cuda else {"B probe": _EVICT.sum},
+                    device=a.device)
+        results.append(_case_result(name, shapes, r, eager_elems * 4, comp_bytes, compile_s, error,
+                                    bw_x.numel() * 4 if probe else None))
         del cf, variants
-    rounds.append(bandwidth_round())
-    cold = [c for c, _ in rounds]
-    warm = [w for _, w in rounds]
-    B = max(cold)
-    print(f"measured read bandwidth B = {B / 1e9:.1f} GB/s (main memory: row sum of 64 MiB with the "
-          f"last-level cache evicted before each reading; the smallest median of {len(rounds)} rounds of "
-          f"7 readings spread over the run; round medians {min(cold) / 1e9:.1f}-{B / 1e9:.1f} GB/s)")
-    print(f"  back-to-back readings of the same 64 MiB, partly served by the LLC (not used for B): "
-          f"round medians {min(warm) / 1e9:.1f}-{max(warm) / 1e9:.1f} GB/s\n")
-    headers = ["case", "tp eager", "tp compiled", "torch eager", "torch.compile", "S", "vs torch eager",
-               "vs torch.compile", "rho", "beta_e GB/s", "beta_c GB/s", "beta_c/B", "compile s",
-               "paired vs torch eager", "paired vs torch.compile", "beta_c/B in-round"]
-    headers.insert(headers.index("beta_c/B") + 1, "beta_c/B adj")
-    col = headers.index("beta_c/B")     # rows hold beta_c there until B is known
+    rounds.append(probe_round())
+    first = [c for c, _ in rounds]      # B's rounds (the CPU's cold readings; the GPU's row sums)
+    second = [w for _, w in rounds]     # CPU: back-to-back readings; GPU: the copy bandwidth
+    B = max(first)
+    if cuda:
+        copy_bw = max(second)
+        mib = _CUDA_X.numel() * 4 / 2 ** 20
+        print(f"measured read bandwidth B = {B / 1e9:.1f} GB/s (device memory: row sum of {mib:.0f} MiB, "
+              f"{mib * 2 ** 20 / cache:.0f}x the L2, no eviction; the smallest median of {len(rounds)} rounds of "
+              f"7 readings spread over the run; round medians {min(first) / 1e9:.1f}-{B / 1e9:.1f} GB/s)")
+        print(f"measured copy bandwidth = {copy_bw / 1e9:.1f} GB/s (device to device, y.copy_(x) of {mib:.0f} MiB "
+              f"counting the bytes read and written; the smallest median of {len(rounds)} rounds; round medians "
+              f"{min(second) / 1e9:.1f}-{copy_bw / 1e9:.1f} GB/s)\n")
+    else:
+        copy_bw = None
+        print(f"measured read bandwidth B = {B / 1e9:.1f} GB/s (main memory: row sum of 64 MiB with the "
+              f"last-level cache evicted before each reading; the smallest median of {len(rounds)} rounds of "
+              f"7 readings spread over the run; round medians {min(first) / 1e9:.1f}-{B / 1e9:.1f} GB/s)")
+        print(f"  back-to-back readings of the same 64 MiB, partly served by the LLC (not used for B): "
+              f"round medians {min(second) / 1e9:.1f}-{max(second) / 1e9:.1f} GB/s\n")
     # B adj: the better of the two rounds measured just before and just after the case (the host's
     # bandwidth moves during a run; B itself is the best round of the whole run)
-    rows = [r[:col] + (f"{r[col] / B:.0%}", f"{r[col] / max(cold[i], cold[i + 1]):.0%}") + r[col + 1:]
-            for i, r in enumerate(rows)]
+    for i, res in enumerate(results):
+        bc = (res["beta_c_GBps"] or 0) * 1e9     # 0: tp compiled did not run (or had no cost analysis)
+        res["beta_c_over_B"] = bc / B if bc else None
+        res["beta_c_over_B_adj"] = bc / max(first[i], first[i + 1]) if bc else None
+        if cuda:
+            res["beta_c_over_copy"] = bc / copy_bw if bc else None
+    headers = ["case", "tp eager", "tp compiled", "torch eager", "torch.compile", "S", "vs torch eager",
+               "vs torch.compile", "rho", "beta_e GB/s", "beta_c GB/s", "beta_c/B", "beta_c/B adj", "compile s",
+               "paired vs torch eager", "paired vs torch.compile", "beta_c/B in-round"]
+    if cuda:
+        headers.insert(headers.index("beta_c/B adj") + 1, "beta_c/copy")
+    rows = [_row(res, cuda) for res in results]
     print(format_table(rows, headers))
     print("\nS = t(tp eager)/t(tp compiled); 'vs X' = t(X)/t(tp compiled) (> 1: Stax is faster); "
           "rho = model bytes eager / compiled; beta = model bytes / median time; 'paired vs X' = median "
           "[95% CI] of the per-round ratios t(X)/t(tp compiled) (readings of a round are adjacent in time); "
-          "'beta_c/B adj': B of the rounds just before and after the case; 'beta_c/B in-round': median [95% CI] "
+          "'beta_c/B adj': B of the rounds just before and after the case; "
+          + ("'beta_c/copy': beta_c / the measured copy bandwidth; " if cuda else "")
+          + "'beta_c/B in-round': median [95% CI] "
           "over the rounds of beta_c / B with B's probe read in the same round as tp compiled.")
+    failed = [res for res in results if res["error"]]
+    if failed:
+        print("\nn/a: tp.compile(strict_native=True) failed for " + "; ".join(
+            f"{res['case']} ({res['error'].splitlines()[0][:200]})" for res in failed))
+    if a.json:
+        bw = {"B_GBps": B / 1e9, "read_round_medians_GBps": [x / 1e9 for x in first]}
+        if cuda:
+            bw.update(copy_GBps=copy_bw / 1e9, copy_round_medians_GBps=[x / 1e9 for x in second],
+                      probe_bytes=_CUDA_X.numel() * 4)
+        else:
+            bw.update(back_to_back_round_medians_GBps=[x / 1e9 for x in second], probe_bytes=_BW_X.numel() * 4)
+        doc = {"machine": machine_description(a.device), "device": a.device, "repeats": a.repeats,
+               "warmup": a.warmup, "quick": a.quick, "steady": a.steady, "torch_compile": not a.no_torch_compile,
+               "sizes": dict(zip(("R", "C", "SR", "SC"), (n // scale for n in SIZES[a.device]))),
+               "times": "ms", "bandwidth": bw, "cases": results}
+        with open(a.json, "w") as f:
+            json.dump(_finite(doc), f, indent=1, allow_nan=False)
+            f.write("\n")
+        print(f"\nwrote {a.json}")
     return rows
+
+
+def _compile(f_tp, pins, device):
+    """``tp.compile(f_tp, strict_native=True)``, called once on ``pins`` (its compilation):
+    (compiled function, seconds, model bytes of its program or None where the cost analysis fails,
+    None), or (None, None, None, the error as text) when it cannot compile (the GPU backend may raise
+    StaxStrictError for some case)."""
+    t0 = time.perf_counter()
+    try:
+        cf = tp.compile(f_tp, strict_native=True)
+        cf(*pins)
+        synchronize(device)
+    except Exception as e:  # noqa: BLE001 -- any failure: report it and go on with the other cases
+        return None, None, None, f"{type(e).__name__}: {e}"
+    compile_s = time.perf_counter() - t0
+    try:
+        comp_bytes = _compiled_bytes(cf)
+    except Exception as e:  # noqa: BLE001 -- the timings stand without the model's bytes
+        print(f"  (no cost analysis of the compiled program: {type(e).__name__}: {e}; rho and beta_c: n/a)")
+        comp_bytes = None
+    return cf, compile_s, comp_bytes, None
+
+
+def _case_result(name, shapes, r, eager_bytes, comp_bytes, compile_s, error, probe_bytes):
+    """The numbers of one case (a JSON-able dict; times in ms, bandwidths in GB/s; None for what the
+    case lacks) from the ``compare`` result ``r``; ``beta_c_over_B*`` are filled in once B is known."""
+    te = r["tp eager"].median
+    tc = r["tp compiled"].median if "tp compiled" in r else None
+
+    def paired(k):
+        if tc is None or k not in r:
+            return None
+        return dict(zip(("median", "lo", "hi"), paired_ratio(r, k, "tp compiled")))
+    dec = speedup_decomposition(te, tc, eager_bytes, comp_bytes) if tc is not None and comp_bytes else None
+    frac = None
+    if probe_bytes:   # beta_c / B per round: (comp_bytes / t_c) / (probe bytes / t_probe), both read in one round
+        fs = Stats("beta_c/B", [comp_bytes / t_c * t_b / probe_bytes
+                                for t_c, t_b in zip(r["tp compiled"].times, r["B probe"].times)])
+        frac = {"median": fs.median, "lo": fs.ci[0], "hi": fs.ci[1]}
+    return {"case": name, "shapes": [list(s) for s in shapes], "error": error,
+            "variants": {k: s.as_dict() for k, s in r.items()},
+            "S": te / tc if tc else None,
+            "vs_torch_eager": r["torch eager"].median / tc if tc else None,
+            "vs_torch_compile": (r["torch.compile"].median / tc if "torch.compile" in r else float("nan")) if tc else None,
+            "paired_vs_torch_eager": paired("torch eager"), "paired_vs_torch_compile": paired("torch.compile"),
+            "rho": dec["rho"] if dec else None, "bytes_eager": eager_bytes, "bytes_compiled": comp_bytes,
+            "beta_e_GBps": eager_bytes / te / 1e9, "beta_c_GBps": dec["beta_c"] / 1e9 if dec else None,
+            "compile_s": compile_s, "beta_c_over_B_in_round": frac}
+
+
+def _row(res, cuda):
+    """A table row of ``_case_result``'s dict: the CPU's columns (and on a GPU beta_c/copy after
+    beta_c/B adj), in the formats the table has always had; "n/a" where tp compiled failed."""
+    na = "n/a"
+    v = res["variants"]
+
+    def ms(k):
+        if k not in v:
+            return "-" if k == "torch.compile" else na
+        d = v[k]
+        return f"{d['median']:.2f} [{d['ci'][0]:.2f}, {d['ci'][1]:.2f}]"
+
+    def num(x, fmt):
+        return na if x is None else format(x, fmt)
+
+    def ci(d, fmt):
+        return "-" if d is None else f"{d['median']:{fmt}} [{d['lo']:{fmt}}, {d['hi']:{fmt}}]"
+    ok = res["error"] is None
+    row = [res["case"], ms("tp eager"), ms("tp compiled"), ms("torch eager"), ms("torch.compile"),
+           num(res["S"], ".2f"), num(res["vs_torch_eager"], ".2f"), num(res["vs_torch_compile"], ".2f"),
+           num(res["rho"], ".2f"), f"{res['beta_e_GBps']:.1f}", num(res["beta_c_GBps"], ".1f"),
+           num(res["beta_c_over_B"], ".0%"), num(res["beta_c_over_B_adj"], ".0%"), num(res["compile_s"], ".1f"),
+           ci(res["paired_vs_torch_eager"], ".2f") if ok else na, ci(res["paired_vs_torch_compile"], ".2f") if ok else na,
+           ci(res["beta_c_over_B_in_round"], ".0%") if ok else na]
+    if cuda:
+        row.insert(13, num(res["beta_c_over_copy"], ".0%"))   # after beta_c/B adj
+    return tuple(row)
+
+
+def _finite(x):
+    """``x`` with every float that is not finite (a ratio to a variant that did not run) as None."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: _finite(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [_finite(v) for v in x]
+    return x
 
 
 def _compiled_bytes(cf):

@@ -11,6 +11,9 @@ Model (Def. 13.1): a reading is ``T = t0 + eps`` with non-negative noise, so
 
 ``compare`` times several callables *interleaved* (A, B, C, A, B, C, ...) in one run, so slow drifts
 of the shared machine hit all of them alike; compare ratios only within one run.
+On a GPU (``device="cuda"``) a reading must include the device's work, which a host clock around an
+asynchronous launch does not see: ``time_fn``/``compare`` then time by CUDA events on the current
+stream (``cuda_time_fn``); on the CPU (``device=None`` or ``"cpu"``) they read ``time.perf_counter``.
 Speed-up decomposition (Prop. 13.3): ``S = rho * beta_c / beta_e`` where rho is the model byte ratio
 and beta the effective bandwidths (bytes moved by the model / time).
 """
@@ -21,7 +24,8 @@ import platform
 import time
 from dataclasses import dataclass
 
-__all__ = ["Stats", "median_ci", "time_fn", "compare", "paired_ratio", "speedup_decomposition", "machine_description", "format_table"]
+__all__ = ["Stats", "median_ci", "time_fn", "cuda_time_fn", "is_cuda", "synchronize", "cuda_l2_bytes", "compare",
+           "paired_ratio", "speedup_decomposition", "machine_description", "format_table"]
 
 
 def median_ci(sorted_xs, confidence=0.95):
@@ -69,13 +73,66 @@ class Stats:
         lo, hi, _ = self.ci
         return f"{self.median * 1e3:.2f} [{lo * 1e3:.2f}, {hi * 1e3:.2f}]"
 
+    def as_dict(self, scale=1e3) -> dict:
+        """The readings and their summary, each multiplied by ``scale`` (1e3: milliseconds), for JSON:
+        ``{"median", "ci": [lo, hi], "coverage", "min", "readings"}``."""
+        lo, hi, cov = self.ci
+        return {"median": self.median * scale, "ci": [lo * scale, hi * scale], "coverage": cov,
+                "min": self.min * scale, "readings": [t * scale for t in self.times]}
+
 
 def _sync(sync):
     if sync:
         sync()
 
 
-def time_fn(fn, *, number=1, sync=None):
+def is_cuda(device) -> bool:
+    """Whether ``device`` (None, a string such as ``"cuda:0"``, or a ``torch.device``) is a CUDA device."""
+    if device is None:
+        return False
+    return getattr(device, "type", str(device).split(":")[0]) == "cuda"
+
+
+def synchronize(device=None):
+    """Wait for the work queued on ``device`` (nothing to wait for on the CPU)."""
+    if is_cuda(device):
+        import torch
+        torch.cuda.synchronize(device)
+
+
+def cuda_l2_bytes(device="cuda") -> int:
+    """The L2 cache of a CUDA device, in bytes (60 MB on an H200; 50 MiB where torch does not say)."""
+    import torch
+    return int(getattr(torch.cuda.get_device_properties(device), "L2_cache_size", 0) or 50 << 20)
+
+
+def cuda_time_fn(fn, *, number=1, device=None):
+    """Seconds per call of ``fn``, the device's work included, over ``number`` calls on the current
+    stream of ``device`` (None: the current device).
+
+    The device is synchronised first, so nothing queued earlier (another variant, an untimed
+    ``before``) runs inside the reading; then CUDA events are recorded on the current stream before
+    and after the calls, and the reading waits for the second.  On an idle device the first event
+    completes when it is recorded, the second once the calls' kernels are done and the host has
+    reached it: the reading covers the device's work and the host's launches alike (whichever is
+    longer), which is what a caller waits for."""
+    import torch
+    stream = torch.cuda.current_stream(device)
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda.synchronize(device)
+    start.record(stream)
+    for _ in range(number):
+        fn()
+    end.record(stream)
+    end.synchronize()
+    return start.elapsed_time(end) * 1e-3 / number     # elapsed_time is in milliseconds
+
+
+def time_fn(fn, *, number=1, sync=None, device=None):
+    """Seconds per call of ``fn`` over ``number`` calls: ``time.perf_counter`` around them (``sync``
+    called before and after), or on a CUDA ``device`` ``cuda_time_fn``."""
+    if is_cuda(device):
+        return cuda_time_fn(fn, number=number, device=device)
     _sync(sync)
     t0 = time.perf_counter()
     for _ in range(number):
@@ -84,7 +141,8 @@ def time_fn(fn, *, number=1, sync=None):
     return (time.perf_counter() - t0) / number
 
 
-def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=True, seed=0, before=None) -> dict:
+def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=True, seed=0, before=None,
+            device=None) -> dict:
     """Time each callable ``repeats`` times, interleaved, after ``warmup`` calls each.  ``number``
     calls are averaged inside one reading (for microsecond-scale functions).
 
@@ -95,7 +153,8 @@ def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=Tru
     2.46 ms in one place of a fixed round and 2.00 ms in another (2026-11-30).  (Rotating the order
     is not enough: it keeps every callable's predecessor.)  ``shuffle=False`` keeps the fixed order.
     ``before``: called untimed before every reading (e.g. to evict the caches), or a dict
-    {name: callable} for some of the callables only."""
+    {name: callable} for some of the callables only.  ``device``: the device the callables run on;
+    on a CUDA device every reading includes the device's work (``time_fn``, ``cuda_time_fn``)."""
     import random
     for _ in range(warmup):
         for f in fns.values():
@@ -109,7 +168,7 @@ def compare(fns: dict, *, repeats=15, warmup=3, number=1, sync=None, shuffle=Tru
             b = before.get(k) if isinstance(before, dict) else before
             if b is not None:
                 b()
-            res[k].times.append(time_fn(f, number=number, sync=sync))
+            res[k].times.append(time_fn(f, number=number, sync=sync, device=device))
     return res
 
 
@@ -186,7 +245,9 @@ def speedup_decomposition(t_eager, t_compiled, bytes_eager, bytes_compiled):
     return {"S": t_eager / t_compiled, "rho": rho, "beta_e": be, "beta_c": bc}
 
 
-def machine_description() -> str:
+def machine_description(device=None) -> str:
+    """The CPU, torch and Python; for a CUDA ``device`` also the GPU (name, multiprocessors, L2,
+    memory) and CUDA's version."""
     import torch
     cpu = platform.processor() or platform.machine()
     try:
@@ -201,8 +262,13 @@ def machine_description() -> str:
     except OSError:
         isa = "?"
     import os
-    return (f"{cpu}, {os.cpu_count()} logical cores, ISA {isa}, torch {torch.__version__} "
+    desc = (f"{cpu}, {os.cpu_count()} logical cores, ISA {isa}, torch {torch.__version__} "
             f"({torch.get_num_threads()} threads), Python {platform.python_version()}")
+    if is_cuda(device):
+        g = torch.cuda.get_device_properties(device)
+        desc += (f"; GPU {g.name} ({g.multi_processor_count} SMs, {cuda_l2_bytes(device) / 2 ** 20:.0f} MiB L2, "
+                 f"{g.total_memory / 2 ** 30:.0f} GiB), CUDA {torch.version.cuda}")
+    return desc
 
 
 def format_table(rows, headers) -> str:

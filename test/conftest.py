@@ -7,6 +7,11 @@ import torch
 
 sys.path.insert(0, os.path.dirname(__file__))
 
+# without a GPU, Triton kernels run in Triton's interpreter (test/stax/test_triton_backend.py): its mode is
+# fixed when triton is imported, so it is chosen here, before any test imports it
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")
+
 
 @pytest.fixture(autouse=True)
 def _seed():

@@ -43,7 +43,8 @@ def _docstrings(tree):
 
 def _env_reads_allowed(tree) -> set:
     """ids of the ``environ`` / ``getenv`` nodes of ``os.environ.get("NAME")`` / ``os.getenv("NAME")``
-    calls whose NAME is a constant that is not ours (``XDG_CACHE_HOME``)."""
+    / ``os.environ.setdefault("NAME", ...)`` calls whose NAME is a constant that is not ours
+    (``XDG_CACHE_HOME``; ``TRITON_INTERPRET``, which Triton reads when it is imported)."""
     ok = set()
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and node.args and isinstance(node.args[0], ast.Constant) \
@@ -51,7 +52,7 @@ def _env_reads_allowed(tree) -> set:
             f = node.func
             if isinstance(f, ast.Attribute) and f.attr == "getenv":
                 ok.add(id(f))
-            elif isinstance(f, ast.Attribute) and f.attr == "get" and isinstance(f.value, ast.Attribute) \
+            elif isinstance(f, ast.Attribute) and f.attr in ("get", "setdefault") and isinstance(f.value, ast.Attribute) \
                     and f.value.attr == "environ":
                 ok.add(id(f.value))
     return ok

@@ -139,7 +139,7 @@ def test_compiler_imports_have_no_cycles():
 
 _STAX = "tensorplay.compiler.backends.stax"
 #: the packages of Stax's device backends (each registers itself with device.register_device_backend)
-DEVICE_BACKENDS = (_STAX + ".cpp",)
+DEVICE_BACKENDS = (_STAX + ".cpp", _STAX + ".triton")
 
 
 def _in(m, pkg):

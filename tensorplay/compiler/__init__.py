@@ -19,6 +19,7 @@ from .api import (BackendCompilerError, Compiled, CompiledFunction, GuardError, 
 from .backends.registry import list_backends, lookup_backend, register_backend
 from .backends import eager as _eager, stax as _stax  # noqa: F401  (register "eager", "aot_eager", "stax")
 from .backends.stax import cpp as _stax_cpp  # noqa: F401  (the CPU device backend of Stax)
+from .backends.stax import triton as _stax_triton  # noqa: F401  (the GPU device backend: Triton)
 from .backends.debugging import locate_error
 from .capture.proxy import CaptureError
 

@@ -68,6 +68,9 @@ KNOBS = {k.name: k for k in (
        option=True),
     _k("stax.cpp_wrapper", bool, False, "one C++ translation unit and one foreign call per graph (CPU)",
        option=True),
+    _k("stax.kernel_backend", str, "", "the Stax device backend of every device's kernels, by its registered name "
+                                       "(empty: each device's own -- 'cpp' on CPU, 'triton' on CUDA; 'triton' on "
+                                       "CPU tensors runs the Triton kernels in Triton's interpreter)", option=True),
     _k("capture.execute", bool, True, "capture with sample values (True) or purely symbolically (False)",
        option=True),
     _k("passes.enabled", bool, True, "run the front-end graph passes", option=True),

@@ -284,7 +284,7 @@ def test_a_second_cpu_backend_is_selected_by_the_knob(config_patch):
     stub = CountingStub()
     assert device.register_device_backend("cpu", stub, name="python-stub") is None
     try:
-        assert device.registered_backends("cpu") == ["cpp", "python-stub"]
+        assert device.registered_backends("cpu") == ["cpp", "triton", "python-stub"]
         assert isinstance(device.device_backend("cpu"), CppBackend)        # the default: "cpp"
         digest = config.digest()
         x, w = tp.randn(6, 17), tp.randn(6, 17)
@@ -298,8 +298,8 @@ def test_a_second_cpu_backend_is_selected_by_the_knob(config_patch):
         assert stub.ran
         torch.testing.assert_close(got._data, ex11(x2, w2)._data, rtol=1e-5, atol=1e-5)
         with config.patch({"stax.cpu_backend": "nosuch"}):
-            with pytest.raises(ValueError, match=r"stax.cpu_backend='nosuch'.*registered: cpp, python-stub"):
+            with pytest.raises(ValueError, match=r"stax.cpu_backend='nosuch'.*registered: cpp, triton, python-stub"):
                 device.device_backend("cpu")
     finally:
         assert device.unregister_device_backend("cpu", "python-stub") is stub
-    assert device.registered_backends("cpu") == ["cpp"]
+    assert device.registered_backends("cpu") == ["cpp", "triton"]

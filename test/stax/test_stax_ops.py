@@ -192,12 +192,18 @@ def test_extern_matmul_with_fused_epilogue():
     out, cf = run_native(lambda a, b: tp.relu(a @ b) * 2 + 1, a, b, n_red=7, scale=None)
     src = cf._cache[0].artifact.source
     assert "extern kernel: matmul" in src
-    assert len(re.findall(r"extern \"C\" void kernel\d+\(", src)) == 1   # relu, *2, +1: one kernel
+    assert len(_kernels(cf)) == 1   # relu, *2, +1: one kernel
 
 
 # ---- fusion structure (chapter §7) -----------------------------------------------------------------------
 def _kernels(cf):
-    return re.findall(r'extern "C" void (kernel\d+)\(', cf._cache[0].artifact.source)
+    """The kernels of a compiled function's artifact: C++ functions, or Triton ones."""
+    return kernel_names(cf._cache[0].artifact.source)
+
+
+def kernel_names(src):
+    """The kernels a wrapper source defines (C++ or Triton)."""
+    return re.findall(r'extern "C" void (kernel\d+)\(', src) or re.findall(r'@triton.jit(?:\(debug=True\))?\ndef (kernel\d+)\(', src)
 
 
 def test_example_1_1_is_one_kernel_reading_inputs_once():
@@ -340,7 +346,7 @@ def test_cache_dir_holds_readable_wrappers_experiment_2(tmp_path, monkeypatch):
     wrappers = list(tmp_path.glob("*/*/wrapper.py"))
     assert len(wrappers) == 2
     texts = [w.read_text() for w in wrappers]
-    assert all('extern "C" void kernel0' in t and "assert_size_stride" in t for t in texts)
+    assert all(kernel_names(t)[:1] == ["kernel0"] and "assert_size_stride" in t for t in texts)
     strides = sorted(re.search(r"assert_size_stride\(arg0, \(12, 12, \), \((\d+), (\d+), \)", t).groups() for t in texts)
     assert strides == [("1", "12"), ("12", "1")]
 

@@ -116,17 +116,25 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         # training region (docs/aot.md): joint graph -> partition -> both graphs through this backend
         def native(g, example):
             return stax_backend(g, example, options=options, strict_native=strict_native, **kw)
+        def check_native(g, example):
+            from .device import use_backend
+            with use_backend((options or {}).get("stax.kernel_backend")):
+                _check_native(g, example)
         return aot_backend(gm, example_inputs, fw_compiler=native, options=options, strict_native=strict_native,
-                           check_native=_check_native if strict_native else None,
+                           check_native=check_native if strict_native else None,
                            decompose_if=stax_backend.aot_decompose, bw_fallback=raw_function)
     from .device import registered_devices
     missing = sorted({t.device.type for t in example_inputs if isinstance(t, Tensor)} - set(registered_devices()))
-    if missing:   # (the CPU's is the only built-in one: Stax has no GPU backend yet)
+    if missing:   # (built in: the CPU's C++ and Triton backends, CUDA's Triton backend)
         raise StaxStrictError(f"Stax has no device backend for {', '.join(missing)} tensors "
                               f"(registered: {', '.join(registered_devices())}; device.register_device_backend)")
     from . import codecache
+    from .device import use_backend
+    kernel_backend = (options or {}).get("stax.kernel_backend") or ""
     try:
-        rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")))
+        with use_backend(kernel_backend):
+            rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")),
+                                             kernel_backend)
     except Exception as e:
         if not is_symbolic(gm):
             raise
@@ -137,7 +145,7 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
         _reject_fallbacks(fallbacks)
     src = rec["source"]
     mod = codecache.load_py(src)
-    mod.constants.update(constants)
+    mod.constants.update(_on_device(constants, example_inputs))
     call = mod.call
     wrap = _wrap
 
@@ -153,12 +161,22 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     return run
 
 
-def _compiled_graph(gm, example_inputs, cpp_wrapper):
+def _on_device(constants, example_inputs):
+    """The graph's constant tensors on its device: a constant captured on the CPU (a lifted scalar)
+    read by a GPU kernel is copied there once, when the graph is loaded."""
+    devs = {t.device for t in example_inputs if isinstance(t, Tensor)}
+    dev = devs.pop() if len(devs) == 1 else None
+    if dev is None or dev.type == "cpu":
+        return constants
+    return {k: (v.to(dev) if hasattr(v, "device") and v.device.type == "cpu" else v) for k, v in constants.items()}
+
+
+def _compiled_graph(gm, example_inputs, cpp_wrapper, kernel_backend=""):
     """(record, constants): the wrapper source and facts of a graph, from the graph cache (a warm
     process does no lowering and no code generation) or compiled now and stored
     (codecache.graph_key); the constant tensors its ``call`` reads."""
     from . import codecache
-    key = codecache.graph_key(gm, example_inputs, cpp_wrapper=cpp_wrapper)
+    key = codecache.graph_key(gm, example_inputs, cpp_wrapper=cpp_wrapper, kernel_backend=kernel_backend)
     rec = codecache.load_graph(key)
     if rec is not None:
         return rec, codecache.graph_constants(gm)

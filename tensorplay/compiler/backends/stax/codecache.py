@@ -364,7 +364,7 @@ def _tensor_sig(t, with_values: bool) -> str:
     return sig
 
 
-def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
+def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False, kernel_backend: str = "") -> str | None:
     """The key of a compiled graph, or None when the graph cache is off (``stax.graph_cache``,
     ``TP_GRAPH_CACHE=0``, or ``stax.lower_debug`` / ``stax.debug`` ask to see the lowering) or an
     example input is not a tensor or a plain number.  Lowerings registered or overridden from
@@ -391,7 +391,7 @@ def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False) -> str | None:
             return None
     consts = [_tensor_sig(t, True) for t in graph_constants(gm).values()]
     return _sha256_parts(CACHE_VERSION, "graph", gm.code, "\0".join(ins), "\0".join(consts), _symbolic_sig(gm),
-                         f"cpp_wrapper={bool(cpp_wrapper)}", torch.__version__, torch.get_num_threads(),
+                         f"cpp_wrapper={bool(cpp_wrapper)}", f"kernel_backend={kernel_backend}", torch.__version__, torch.get_num_threads(),
                          sys.version, config.digest(), _package_digest(), user_code_digest())
 
 

@@ -52,6 +52,8 @@ class GraphLowering:
         self.inputs: list[InputBuffer] = []
         self.constants: dict[str, torch.Tensor] = {}
         self.sizevars = SizeVarAllocator()   # the graph's size symbols (none while shapes are static)
+        from .device import backend_for
+        self.native_dtypes = backend_for(self.example_inputs).native_dtypes   # (of the device's backend)
         self.fake_mode = None            # a symbolic graph's FakeTensorMode (run: fake_mode_of)
         self.buffers: list = []          # ComputedBuffer / ExternBuffer in creation order
         self.env: dict = {}
@@ -209,8 +211,8 @@ class GraphLowering:
         rule = table.get(d.name)
         if rule is None:
             return self.fallback(node, "no lowering registered")
-        if not _native_dtypes_ok(node):
-            return self.fallback(node, "dtype without native support (only float32/float64/int32/int64/bool)")
+        if not _native_dtypes_ok(node, self.native_dtypes):
+            return self.fallback(node, "dtype without native support on this device (DeviceBackend.native_dtypes)")
         try:
             out = rule(*args)
         except Unsupported as e:
@@ -375,13 +377,9 @@ class SymbolicValue:
         return getattr(self.fake, name)
 
 
-_NATIVE = (torch.float32, torch.float64, torch.int32, torch.int64, torch.bool)
-
-
-def _native_dtypes_ok(node) -> bool:
+def _native_dtypes_ok(node, native) -> bool:
+    """Do the node's value and inputs have dtypes the device's kernels compute in (``native``:
+    ``DeviceBackend.native_dtypes`` of the backend that runs for the graph's device)?"""
     vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes]
-    for v in vals:
-        for t in (v if isinstance(v, (tuple, list)) else (v,)):
-            if hasattr(t, "dtype") and t.dtype not in _NATIVE:
-                return False
-    return True
+    return all(t.dtype in native for v in vals for t in (v if isinstance(v, (tuple, list)) else (v,))
+               if hasattr(t, "dtype"))

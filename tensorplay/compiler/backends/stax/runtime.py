@@ -43,21 +43,21 @@ def assert_size_stride(t, size, stride, offset=None, name="input"):
                              f"got size {tuple(t.shape)} stride {tuple(t.stride())}")
 
 
-def take(spare, name, size, stride, dtype):
+def take(spare, name, size, stride, dtype, device=None):
     """``name``'s buffer: the one a previous call of this wrapper left in ``spare`` (same plan, so
     same layout), else a new one.  Reusing it across calls saves the page faults of fresh memory
     (docs/stax.md "Buffers kept between calls")."""
     t = spare.pop(name, None)
-    return t if t is not None else torch.empty_strided(size, stride, dtype=dtype)
+    return t if t is not None else torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
-def take_sized(spare, name, size, stride, dtype):
+def take_sized(spare, name, size, stride, dtype, device=None):
     """:func:`take` for a symbolic graph: the kept buffer is reused only when this call's sizes
     are the ones it was allocated with."""
     t = spare.pop(name, None)
     if t is not None and t.size() == size and t.stride() == stride:
         return t
-    return torch.empty_strided(size, stride, dtype=dtype)
+    return torch.empty_strided(size, stride, dtype=dtype, device=device)
 
 
 def _probe(spare, name, t):      # called like stash(): the same references to t

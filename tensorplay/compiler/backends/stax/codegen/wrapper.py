@@ -198,8 +198,11 @@ def input_checks(graph) -> list:
 
 def allocation(name, lay) -> str:
     """The wrapper line that allocates buffer ``name`` with layout ``lay`` (``_empty`` is
-    ``torch.empty_strided``, bound at module level)."""
-    return f"    {name} = _empty({_tuple(lay.size)}, {_tuple(lay.stride)}, dtype={lay.dtype})"
+    ``torch.empty_strided``, bound at module level; off the CPU with the buffer's device: through
+    torch's caching allocator on a GPU)."""
+    dev = torch.device(lay.device)
+    where = "" if dev.type == "cpu" else f", device=torch.device({str(dev)!r})"
+    return f"    {name} = _empty({_tuple(lay.size)}, {_tuple(lay.stride)}, dtype={lay.dtype}{where})"
 
 
 def unpack_args(graph) -> list:

@@ -1,0 +1,98 @@
+"""The GPU's device backend: Triton kernels launched from the Python wrapper (the chapter, §9,
+§11.2; issue 18).
+
+:class:`TritonBackend` is what ``compile_graph`` asks for a graph on a CUDA device (device.py),
+and, under the name ``"triton"``, for CPU tensors when ``tp.compile(options={"stax.kernel_backend":
+"triton"})`` asks for it -- the same kernels, run by Triton's interpreter (testing without a GPU).
+Per kernel: the GPU decisions of its plan (plan.py), its Triton source (kernel.py); per wrapper:
+each kernel loaded from the cache (runtime.load_kernel) and a launcher ``kernelN(buffers...,
+sizes...)`` that computes the grid from the plan's numel expressions and launches on the current
+stream::
+
+    _kernel0 = load_kernel(r'''...''', 'kernel0')
+    _kernel0_launch = Launcher(_kernel0, {'XBLOCK': 1024, 'num_warps': 4, 'num_stages': 1}, (1024,))
+    def kernel0(arg0, buf0, s0):
+        xnumel = 2048 * s0
+        if xnumel > 0:
+            _kernel0_launch((cdiv(xnumel, 1024),), arg0, buf0, s0, xnumel)
+
+(``Launcher``: Triton's JIT at the first call of each argument specialisation, the compiled
+kernel launched directly after it; in the interpreter ``_kernel0[grid](...)``.)
+"""
+from __future__ import annotations
+
+import json
+
+import sympy
+import torch
+
+from ..device import DeviceBackend
+
+__all__ = ["TritonBackend", "TRITON_DTYPES"]
+
+#: the dtypes Triton kernels compute in (float16/bfloat16 in float32 registers, ops.py)
+TRITON_DTYPES = frozenset({torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int8, torch.uint8,
+                           torch.int16, torch.int32, torch.int64, torch.bool})
+
+
+class TritonBackend(DeviceBackend):
+    name = "triton"
+    native_dtypes = TRITON_DTYPES
+
+    def __init__(self, interpret: bool = False):
+        #: run the kernels in Triton's interpreter (CPU tensors)
+        self.interpret = interpret
+
+    def plan(self, kernel_plan):
+        from .plan import plan_triton
+        if kernel_plan.device is None:
+            kernel_plan.device = plan_triton(kernel_plan)
+        return kernel_plan
+
+    def render(self, kernel_plan, name):
+        from . import kernel       # looked up at each call (tools patch kernel.generate_kernel)
+        return kernel.generate_kernel(self.plan(kernel_plan), name)
+
+    def wrapper_imports(self):
+        return ["from tensorplay.compiler.backends.stax.triton.runtime import load_kernel, cdiv, checked_launch, Launcher"]
+
+    def kernel_definition(self, name, source, params):
+        from ..codegen.wrapper import pexpr
+        from .kernel import LAUNCH_TAG
+        head = source.split("\n", 1)[0]
+        if not head.startswith(LAUNCH_TAG):
+            raise ValueError(f"Triton kernel {name}: its source does not start with {LAUNCH_TAG!r}")
+        launch = json.loads(head[len(LAUNCH_TAG):])
+        cfg = launch["config"]
+        args = list(params)
+        lines = [f"_{name} = load_kernel(r'''{source}''', '{name}'{', interpret=True' if self.interpret else ''})",
+                 f"def {name}({', '.join(args)}):"]
+        numels = [("xnumel", launch["xnumel"])] + ([("rnumel", launch["rnumel"])] if launch["rnumel"] else [])
+        grid_args = []   # the symbolic numels (a static one is a constant of the kernel)
+        for var, text in numels:
+            e = sympy.sympify(text)
+            if not e.is_Integer:
+                grid_args.append(var)
+                lines.append(f"    {var} = {pexpr(e)}")
+        xn = sympy.sympify(launch["xnumel"])
+        grid = f"({-(-int(xn) // cfg['XBLOCK'])},)" if xn.is_Integer else f"(cdiv(xnumel, {cfg['XBLOCK']}),)"
+        consts = ", ".join(f"{k}={v}" for k, v in cfg.items())
+        if self.interpret and "tl.device_assert" in source:
+            call = f"checked_launch(_{name}, {grid}, {', '.join(args + grid_args)}, {consts})"
+        elif self.interpret:
+            call = f"_{name}[{grid}]({', '.join(args + grid_args)}, {consts})"
+        else:    # the compiled kernel launched directly after its first call (runtime.Launcher)
+            blocks = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK") if k in cfg)
+            lines.insert(1, f"_{name}_launch = Launcher(_{name}, {cfg!r}, {blocks!r})")
+            call = f"_{name}_launch({grid}, {', '.join(args + grid_args)})"
+        if xn.is_Integer:
+            lines.append(f"    {call}" if int(xn) > 0 else "    pass   # no elements")
+        else:
+            lines += ["    if xnumel > 0:", f"        {call}"]
+        return lines
+
+    def kernel_call(self, name, params):
+        return f"{name}({', '.join(params)})"
+
+    def fits_row_scratch(self, elements):
+        return True     # a persistent row lives in registers; a looped one recomputes (kernel.py)

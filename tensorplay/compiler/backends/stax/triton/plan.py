@@ -1,0 +1,125 @@
+"""The GPU's decisions for a kernel plan: kernel kind, block sizes, warps (the chapter, §9.2–§9.7).
+
+A :class:`~..kernel_plan.KernelPlan` says what a kernel computes; :func:`plan_triton` adds how
+its Triton kernel covers the iteration space, as the fields of a :class:`TritonPlan`
+(``plan.device``):
+
+* ``kind``: ``pointwise`` -- every loop of the nest flattened onto one block index ``xindex``
+  (``XBLOCK`` elements per program, a 1-D grid) -- or ``reduction``: the outer loops flattened onto
+  ``xindex`` (``XBLOCK`` rows per program, shape ``[XBLOCK, 1]``), the reduced loops onto
+  ``rindex`` (``[1, RBLOCK]``);
+* ``persistent``: the whole row is one ``RBLOCK`` block held in registers (every phase of the
+  row reads its values from there: no second pass through memory) when the row has at most
+  :data:`PERSISTENT_MAX_ROW` elements (its upper bound, for a symbolic row); otherwise each phase
+  loops over the row in blocks of ``RBLOCK`` with per-lane accumulators (*looped*), recomputing
+  what a later phase reads;
+* ``column``: the plan's ``column_candidate`` (a reduction over a strided dim whose accesses are
+  contiguous along the rows): many rows per program (:data:`COLUMN_XBLOCK`), short row blocks,
+  so that a warp's loads run along the contiguous output columns;
+* ``XBLOCK``, ``RBLOCK``, ``num_warps``, ``num_stages``: the named heuristics below, at the size
+  hints (Little's law, §9.6: enough independent loads in flight per SM -- a block of
+  :data:`POINTWISE_XBLOCK` elements over :data:`POINTWISE_WARPS` warps keeps 8 per thread);
+  ``max-autotune`` searches around them (autotune.py).
+
+Guarantee: nothing here prints Triton; the printer (kernel.py) reads these fields only, and every
+block size is a power of two (``tl.arange``'s requirement).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import sympy
+
+from ..sizevars import is_static, size_hint, size_upper_bound
+
+__all__ = ["TritonPlan", "plan_triton", "PERSISTENT_MAX_ROW", "POINTWISE_XBLOCK", "POINTWISE_WARPS",
+           "REDUCTION_BLOCK_ELEMS", "LOOPED_RBLOCK", "COLUMN_XBLOCK", "COLUMN_RBLOCK", "MAX_WARPS"]
+
+#: the longest row a persistent reduction keeps in registers (elements)
+PERSISTENT_MAX_ROW = 4096
+#: elements per program of a pointwise kernel, and its warps (8 elements per thread)
+POINTWISE_XBLOCK = 1024
+POINTWISE_WARPS = 4
+#: elements (XBLOCK * RBLOCK) a reduction program holds per value
+REDUCTION_BLOCK_ELEMS = 4096
+#: a persistent reduction's block (XBLOCK rows of RBLOCK) and its elements per warp: 4 rows of 2048 on
+#: 4 warps ran LayerNorm -> GELU at 246 µs on an H200 where 2 rows on 8 warps took 386 µs, softmax
+#: and row sums within 2 % of their best (benchmarks/triton_configs.py, docs/PERFORMANCE.md)
+PERSISTENT_BLOCK_ELEMS = 8192
+PERSISTENT_ELEMS_PER_WARP = 2048
+#: the row block of a looped reduction
+LOOPED_RBLOCK = 1024
+#: column reductions: rows (output columns) per program and the row block
+COLUMN_XBLOCK = 64
+COLUMN_RBLOCK = 32
+#: at most this many warps per program; one warp per this many elements of a block
+MAX_WARPS = 8
+ELEMS_PER_WARP = 256
+
+
+@dataclasses.dataclass(frozen=True)
+class TritonPlan:
+    """The GPU decisions of one kernel (module doc)."""
+    kind: str
+    persistent: bool
+    column: bool
+    xnumel: sympy.Expr
+    rnumel: sympy.Expr
+    XBLOCK: int
+    RBLOCK: int
+    num_warps: int
+    num_stages: int = 1
+
+    @property
+    def config(self) -> dict:
+        """The launch configuration (what autotuning varies)."""
+        c = {"XBLOCK": self.XBLOCK, "num_warps": self.num_warps, "num_stages": self.num_stages}
+        if self.kind == "reduction":
+            c["RBLOCK"] = self.RBLOCK
+        return c
+
+    def describe(self) -> str:
+        if self.kind == "pointwise":
+            return f"triton pointwise, {self.xnumel} elements, XBLOCK {self.XBLOCK}, {self.num_warps} warps"
+        how = "persistent" if self.persistent else "looped"
+        return (f"triton {how} reduction{' (column)' if self.column else ''}, {self.xnumel} rows x {self.rnumel}, "
+                f"XBLOCK {self.XBLOCK}, RBLOCK {self.RBLOCK}, {self.num_warps} warps")
+
+
+def _pow2(n: int) -> int:
+    return 1 << max(0, int(n) - 1).bit_length()
+
+
+def _warps(elems: int, per_warp: int = ELEMS_PER_WARP) -> int:
+    return max(1, min(MAX_WARPS, _pow2(max(1, elems // per_warp))))
+
+
+def _bound(e) -> int | None:
+    """A size's value when static, else its upper bound (None: unbounded)."""
+    return size_hint(e) if is_static(e) else size_upper_bound(e)
+
+
+def plan_triton(plan) -> TritonPlan:
+    """The GPU decisions of ``plan`` (module doc)."""
+    xn = math.prod((lp.size for lp in plan.outer_loops), start=sympy.Integer(1))
+    rn = math.prod((lp.size for lp in plan.inner_loops), start=sympy.Integer(1))
+    if not plan.has_reduction:
+        total = sympy.expand(xn * rn)
+        xb = min(POINTWISE_XBLOCK, _pow2(max(1, size_hint(total))))
+        return TritonPlan("pointwise", False, False, total, sympy.Integer(1), xb, 1, _warps(xb) if xb < POINTWISE_XBLOCK
+                          else POINTWISE_WARPS)
+    rows, row = max(1, size_hint(xn)), max(1, size_hint(rn))
+    top = _bound(rn)
+    if plan.column_candidate:
+        xb = min(COLUMN_XBLOCK, _pow2(rows))
+        rb = min(COLUMN_RBLOCK, _pow2(row))
+        persistent = top is not None and top <= rb
+        return TritonPlan("reduction", persistent, True, xn, rn, xb, rb, _warps(xb * rb))
+    if top is not None and top <= PERSISTENT_MAX_ROW:
+        rb = _pow2(max(1, top))
+        xb = max(1, min(_pow2(rows), PERSISTENT_BLOCK_ELEMS // rb))
+        return TritonPlan("reduction", True, False, xn, rn, xb, rb, _warps(xb * rb, PERSISTENT_ELEMS_PER_WARP))
+    rb = min(LOOPED_RBLOCK, _pow2(row))
+    xb = max(1, min(_pow2(rows), REDUCTION_BLOCK_ELEMS // (4 * rb)))
+    return TritonPlan("reduction", False, False, xn, rn, xb, rb, _warps(xb * rb))

@@ -1,0 +1,212 @@
+"""Stax's Triton backend (issue 18 §6): the same op tests, fusion tests and random programs as on
+the CPU, compiled to Triton kernels and run by Triton's interpreter on CPU tensors
+(``stax.kernel_backend = "triton"``, what ``tp.compile(options={"stax.kernel_backend": "triton"})``
+asks for), plus the Triton-specific structure tests; ``-m gpu`` runs the GPU tests on CUDA tensors.
+
+The whole module runs with the knob patched (``_triton_kernels``), so the imported tests of
+test_stax_ops.py and the CI batches of test_random_programs.py compile through Triton.  Tests of
+those modules that inspect the C++ text or a CPU-only behaviour are removed here (:data:`CPU_ONLY`,
+each with its reason) and have Triton counterparts below where the property exists on the GPU.
+
+The interpreter is Triton's mode for the whole process (runtime.py): the module skips when Triton
+is missing or was imported without ``TRITON_INTERPRET=1`` (a GPU session: run the ``gpu`` tests).
+"""
+from __future__ import annotations
+
+import os
+import re
+import sys
+
+import pytest
+import torch
+
+sys.path.insert(0, os.path.dirname(__file__))
+
+triton = pytest.importorskip("triton")
+
+import tensorplay as tp  # noqa: E402
+import tensorplay.nn.functional as F  # noqa: E402
+
+from test_stax_ops import *  # noqa: E402,F401,F403  (the op tests, re-run through Triton)
+from test_stax_ops import _kernels, kernel_names, rnd, run_native  # noqa: E402
+from test_random_programs import test_random_programs  # noqa: E402,F401  (200 programs, CI batches)
+
+_INTERPRETED = bool(triton.knobs.runtime.interpret)
+HAS_GPU = torch.cuda.is_available()
+
+#: tests of test_stax_ops.py that check what only the C++ backend does, with the reason
+CPU_ONLY = {
+    "test_example_7_2_horizontal_reductions_read_x_once": "counts C++ body copies (unrolled x2, tail); "
+                                                          "test_triton_example_7_2_* counts Triton's",
+    "test_five_op_softmax_keeps_row_in_scratch": "a C++ scratch array; Triton keeps the row in registers "
+                                                 "(test_triton_softmax_is_one_persistent_kernel)",
+    "test_bounds_interval_analysis": "reads the C++ index type",
+    "test_integer_division_by_zero_raises_like_eager": "Triton kernels do not trap on an integer division by "
+                                                       "zero (as CUDA eager)",
+    "test_pad_and_cat_of_three_each_compile_to_one_kernel": "reads C++ masked loads",
+    "test_out_of_range_index_raises_naming_op_value_size": "the Triton check names the op and the size, not "
+                                                           "the value (test_triton_out_of_range_index_raises)",
+    "test_index_computed_from_loop_variables_is_a_direct_load": "reads C++ checks",
+    "test_max_dim_one_kernel_one_accumulator_aminmax_fused": "counts C++ accumulators",
+    "test_welford_var_std_var_mean": "reads C++ Welford calls",
+    "test_layer_norm_reads_row_once_same_kernel_count": "counts C++ loads",
+    "test_dead_intermediate_buffers_are_kept_for_the_next_call": "CPU buffer reuse counters",
+    "test_stash_refuses_buffers_something_else_can_see": "CPU buffer reuse",
+}
+for _name in CPU_ONLY:
+    globals().pop(_name, None)
+
+
+@pytest.fixture(autouse=True)
+def _triton_kernels(config_patch):
+    if not _INTERPRETED:
+        pytest.skip("triton was imported without TRITON_INTERPRET=1: the CPU-tensor tests need the interpreter")
+    config_patch("stax.kernel_backend", "triton")
+
+
+def _source(cf):
+    return cf._cache[0].artifact.source
+
+
+# ---- fusion structure on the GPU backend (chapter §7, §9) ------------------------------------------------
+def test_triton_example_1_1_is_one_pointwise_reduction_kernel():
+    x, w = rnd(64, 128), rnd(64, 128, seed=1)
+    out, cf = run_native(lambda x, w: (tp.relu(x + w) * 2).sum(-1), x, w, n_red=128,
+                         scale=float((tp.relu(x + w) * 2).abs().sum(-1).max()))
+    src = _source(cf)
+    assert _kernels(cf) == ["kernel0"] and "tl.sum(" in src
+    assert src.count("tl.load(arg0 +") == 1 and src.count("tl.load(arg1 +") == 1
+
+
+def test_triton_example_7_2_exp_recomputed_not_materialised():
+    """§6.6 on the GPU (experiment 2 (2)): exp feeds both reductions from registers, one kernel, one
+    exp per element, nothing written but the two row results."""
+    x = rnd(32, 100)
+    out, cf = run_native(lambda x: (lambda e: (e.sum(-1), e.amax(-1)))(x.exp()), x, n_red=100,
+                         scale=float(x.exp().sum(-1).max()))
+    src = _source(cf)
+    assert _kernels(cf) == ["kernel0"]
+    kernel = src.split("@triton.jit", 1)[1]
+    assert kernel.count("tl.exp(") == 1 and kernel.count("tl.load(arg0") == 1
+    run = cf._cache[0].artifact
+    assert len(run.materialized) == 2          # the sum and the max; exp lives in registers
+
+
+def test_triton_softmax_is_one_persistent_kernel():
+    x = rnd(16, 1000)
+    out, cf = run_native(lambda x: F.softmax(x, -1), x)
+    src = _source(cf)
+    assert _kernels(cf) == ["kernel0"] and '"RBLOCK": 1024' in src
+    kernel = src.split("@triton.jit", 1)[1].split("'''")[0]
+    assert kernel.count("tl.load(arg0") == 1 and kernel.count("tl.exp(") == 1    # one read, exp once
+    assert "tl.range(" not in kernel
+
+
+@pytest.mark.parametrize("n", [5000, 12345])
+def test_triton_looped_reductions_softmax_var_argmax(n):
+    """Rows past the persistent threshold: every phase loops over the row (plan.py), later phases
+    recompute what they read; welford and argmax combine per-lane states."""
+    x = rnd(3, n)
+    x._data[1, 7] = float("nan")
+    out, cf = run_native(lambda x: (F.softmax(x, -1), x.var(-1), x.argmax(-1), x.amax(-1), x.sum(-1)),
+                         x, n_red=n, scale=(None, None, None, None, float(x.abs().sum(-1).max())))
+    src = _source(cf)
+    assert "tl.range(0," in src and "_welford_combine" in src and "_argmax_combine" in src
+
+
+def test_triton_column_reduction_and_transpose():
+    x = rnd(300, 70)
+    run_native(lambda x: (x.sum(0), x.t().exp(), x.amin(0)), x, n_red=300,
+               scale=(float(x.abs().sum(0).max()), None, None))
+
+
+def test_triton_out_of_range_index_raises():
+    x = rnd(6, 9)
+    cf = tp.compile(lambda a, i: a.index_select(1, i) * 2, strict_native=True)
+    good, bad = tp.from_torch(torch.tensor([1, 8])), tp.from_torch(torch.tensor([1, 9]))
+    cf(x, good)
+    tp.testing.assert_close(cf(x, good), x.index_select(1, good) * 2)
+    with pytest.raises(IndexError, match=r"tp\.index_select: .*size 9"):
+        cf(x, bad)
+    tp.testing.assert_close(cf(x, good), x.index_select(1, good) * 2)
+
+
+def test_triton_random_matches_the_cpu_kernels_bits():
+    """Philox4x32-10 with the C++ kernels' counter and key layout: tp.rand gives the same numbers
+    as the CPU backend after the same seed."""
+    def f(x):
+        return tp.rand(x.shape) + x * 0, tp.randn(x.shape) + x * 0
+    x = rnd(4, 33)
+    outs = {}
+    for backend in ("cpp", "triton"):
+        with tp.compiler.config.patch({"stax.kernel_backend": backend}):
+            cf = tp.compile(f, strict_native=True)
+            tp.manual_seed(3)
+            cf(x)
+            tp.manual_seed(3)
+            outs[backend] = [o._data for o in cf(x)]
+    assert torch.equal(outs["cpp"][0], outs["triton"][0])
+    torch.testing.assert_close(outs["cpp"][1], outs["triton"][1], rtol=1e-5, atol=1e-5)
+    u = outs["triton"][0]
+    assert 0 <= float(u.min()) and float(u.max()) < 1 and abs(float(u.mean()) - 0.5) < 0.1
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_triton_half_dtypes_compute_in_float32(dtype):
+    x = tp.from_torch(torch.randn(8, 300).to(dtype))
+    f = lambda x: (F.softmax(x, -1), (x * 2 + 1).sum(-1), F.gelu(x))  # noqa: E731
+    cf = tp.compile(f, strict_native=True)
+    cf(x)
+    got = cf(x)
+    ref = [r._data.float() for r in f(tp.from_torch(x._data.float()))]
+    for g, r in zip(got, ref):
+        assert g.dtype == dtype
+        torch.testing.assert_close(g._data.float(), r, rtol=2e-2, atol=2e-2 * float(r.abs().max()))
+
+
+def test_triton_symbolic_sizes_one_artifact():
+    f = lambda x: (F.softmax(x, -1) * 2, x.sum(0), x.t().exp())  # noqa: E731
+    cf = tp.compile(f, dynamic=True, strict_native=True)
+    for rows, cols in ((5, 17), (9, 40), (3, 6000), (11, 33)):
+        x = rnd(rows, cols, seed=rows)
+        cf(x)
+        for got, ref in zip(cf(x), f(x)):
+            tp.testing.assert_close(got, ref, rtol=1e-5, atol=1e-5)
+    assert len(cf._cache) == 1
+    src = _source(cf)
+    assert "xnumel" in src and "rnumel" in src      # the sizes are arguments, the grid is computed
+
+
+def test_triton_training_step_forward_and_backward():
+    lin = tp.nn.Linear(16, 8)
+    x = rnd(4, 16)
+
+    def step(x):
+        return F.gelu(lin(x)).pow(2).mean()
+    cf = tp.compile(step, strict_native=True)
+    cf(x).backward()
+    g1 = lin.weight.grad.clone()
+    lin.weight.grad = None
+    cf(x).backward()
+    lin.weight.grad, g2 = None, lin.weight.grad
+    step(x).backward()
+    tp.testing.assert_close(g2, lin.weight.grad, rtol=1e-5, atol=1e-6)
+    tp.testing.assert_close(g1, g2)
+
+
+def test_triton_dumps_and_cached_source_are_readable(tmp_path, monkeypatch):
+    """Experiment 2 on the GPU backend: the wrapper and each Triton kernel are files in TP_CACHE_DIR."""
+    monkeypatch.setenv("TP_CACHE_DIR", str(tmp_path))
+    x = rnd(12, 13)
+    cf = tp.compile(lambda a: (a * 3).amax(-1), strict_native=True)     # (a graph no other test compiles)
+    cf(x)
+    wrapper = list(tmp_path.glob("*/*/wrapper.py"))
+    kernels = list(tmp_path.glob("*/*/triton.py"))
+    assert len(wrapper) == 1 and kernel_names(wrapper[0].read_text()) == ["kernel0"]
+    assert kernels and "@triton.jit" in kernels[0].read_text() and "# stax-launch:" in kernels[0].read_text()
+
+
+def test_unknown_kernel_backend_is_a_clear_error():
+    cf = tp.compile(lambda a: a + 1, options={"stax.kernel_backend": "nope"}, strict_native=True)
+    with pytest.raises(Exception, match=r"stax.kernel_backend='nope'.*registered"):
+        cf(rnd(3))

@@ -74,9 +74,11 @@ class BackendCompilerError(RuntimeError):
 
 # ---- modes and options (table 11.1): declared in config.py ------------------------------------------
 MODES = config.MODES
-#: options that nothing reads yet on this device (no CUDA graphs, no autotuning on CPU): accepted, so
-#: that code written for GPUs runs, with a UserWarning once per process and option when set
-#: (``_warn_no_effect``, the device check that reads them until a GPU backend does)
+#: options that nothing reads yet on CPU (no CUDA graphs, no autotuning there): accepted, so that code
+#: written for GPUs runs, with a UserWarning once per process and option when set (``_warn_no_effect``,
+#: the device check that reads them until a GPU backend does).  ``stax.cudagraphs`` does take effect
+#: on CUDA tensors (inference graphs replayed as CUDA graphs: stax/triton/cudagraphs.py); the warning,
+#: given before the inputs' device is known, says so
 NO_EFFECT_YET = ("stax.cudagraphs", "stax.max_autotune", "stax.coordinate_descent_tuning")
 _WARNED_NO_EFFECT: set = set()
 
@@ -99,8 +101,10 @@ def _warn_no_effect(mode, options, resolved):
             return f"options[{k!r}]"
         return f"mode={mode!r}" if k in MODES[mode or "default"] else "config.patch"
     what = "; ".join(f"{k}={resolved[k]!r} (set by {source(k)}: {config.knob(k).help})" for k in new)
-    _warn_user(f"tp.compile: no effect on CPU yet: {what}; the compiled code is what mode='default' gives "
-               f"(said once per process and option)", UserWarning)
+    cuda = (" (stax.cudagraphs does take effect on CUDA tensors: their inference graphs are replayed as "
+            "CUDA graphs)") if "stax.cudagraphs" in new else ""
+    _warn_user(f"tp.compile: no effect on CPU yet: {what}; the code compiled for CPU tensors is what "
+               f"mode='default' gives{cuda} (said once per process and option)", UserWarning)
 
 
 def list_mode_options(mode=None) -> dict:

@@ -17,6 +17,8 @@ Read in pipeline order:
                       the body of every wrapper's ``call``)
   codecache.py        content-addressed disk cache (TP_CACHE_DIR), file locks, compiled graphs
   debug.py            TP_STAX_DEBUG dumps of every stage (loop IR, schedule, plans, code)
+  triton/cudagraphs.py  mode="reduce-overhead" on CUDA: a wrapper's ``call`` replayed as one CUDA graph
+                      (§9.9), outputs of an earlier replay raise when read (exercise 27)
   cpp/                the CPU's backend: C++ kernels (OpenMP + SIMD), their build and call
                       (cpp/__init__.py lists its modules); registered for "cpu" by tensorplay.compiler
 
@@ -114,8 +116,13 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     from ..eager import raw_function
     if is_training_region(example_inputs):
         # training region (docs/aot.md): joint graph -> partition -> both graphs through this backend
+        # (no CUDA graphs for the forward and backward graphs: their saved activations and
+        # gradients outlive the call, the pool would overwrite them -- triton/cudagraphs.py)
+        graph_options = {**(options or {}), "stax.cudagraphs": False}
+
         def native(g, example):
-            return stax_backend(g, example, options=options, strict_native=strict_native, **kw)
+            return stax_backend(g, example, options=graph_options, strict_native=strict_native, **kw)
+
         def check_native(g, example):
             from .device import use_backend
             with use_backend((options or {}).get("stax.kernel_backend")):
@@ -148,11 +155,16 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     mod.constants.update(_on_device(constants, example_inputs))
     call = mod.call
     wrap = _wrap
-
-    def run(*args):
-        outs = call([a._data for a in args])
-        return tuple(wrap(o) for o in outs)
-    run.direct = call      # the fast first-level path calls the wrapper itself (api.Entry.fast_runner)
+    graphed = _cudagraphed(gm, example_inputs, options, mod)
+    if graphed is not None:     # reduce-overhead on CUDA: one CUDA graph, stale outputs poisoned
+        def run(*args):
+            return graphed([a._data for a in args])
+        run.cudagraph = graphed.graphed    # (no ``direct``: the fast path must not skip the poisoning)
+    else:
+        def run(*args):
+            outs = call([a._data for a in args])
+            return tuple(wrap(o) for o in outs)
+        run.direct = call      # the fast first-level path calls the wrapper itself (api.Entry.fast_runner)
     run.source = src
     run.materialized = set(rec["materialized"])
     run.intermediate_bytes = rec["intermediate_bytes"]
@@ -169,6 +181,22 @@ def _on_device(constants, example_inputs):
     if dev is None or dev.type == "cpu":
         return constants
     return {k: (v.to(dev) if hasattr(v, "device") and v.device.type == "cpu" else v) for k, v in constants.items()}
+
+
+def _cudagraphed(gm, example_inputs, options, mod):
+    """``mod.call`` replayed as one CUDA graph, its outputs as tp.Tensors whose stale ones raise,
+    when ``options["stax.cudagraphs"]`` (mode="reduce-overhead") is on and the device's backend
+    replays graphs (``DeviceBackend.graph_runner``: the CUDA one, triton/cudagraphs.py); else None.
+    The lifted free tensors (placeholders ``free_*``, capture/tracer.py: parameters, globals) are
+    static inputs: used in place, not copied each call."""
+    if not (options or {}).get("stax.cudagraphs"):
+        return None
+    from .device import backend_for, use_backend
+    with use_backend((options or {}).get("stax.kernel_backend")):
+        backend = backend_for(example_inputs)
+    names = [n.name for n in gm.graph.nodes if n.op == "placeholder"]
+    free = [i for i, n in enumerate(names) if n.startswith("free_")] if len(names) == len(example_inputs) else []
+    return backend.graph_runner(mod, free, _wrap)
 
 
 def _compiled_graph(gm, example_inputs, cpp_wrapper, kernel_backend=""):

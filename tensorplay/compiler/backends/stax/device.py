@@ -84,6 +84,13 @@ class DeviceBackend:
         trailing dim: realized when it fits, recomputed otherwise).  Default: yes."""
         return True
 
+    def graph_runner(self, module, static_argnums, wrap):
+        """``mode="reduce-overhead"``: a callable running the wrapper ``module.call`` as a replayed
+        graph (list of storage tensors in, tuple of tp.Tensors out, ``wrap`` making them; the
+        arguments at ``static_argnums`` are used in place), or None when the device replays no
+        graphs (default: the option has no effect)."""
+        return None
+
     def generate_wrapper(self, graph, sched, kernels, **options):
         """(source, materialized) of a device-specific wrapper for ``options`` (e.g. the CPU's
         ``cpp_wrapper=True``), or None for the common Python wrapper (codegen/wrapper.py)."""

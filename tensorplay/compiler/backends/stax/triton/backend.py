@@ -94,5 +94,15 @@ class TritonBackend(DeviceBackend):
     def kernel_call(self, name, params):
         return f"{name}({', '.join(params)})"
 
+    def graph_runner(self, module, static_argnums, wrap):
+        """CUDA graphs (triton/cudagraphs.py): the wrapper captured once and replayed; outputs of an
+        earlier replay raise when read (exercise 27's hazard).  Not in the interpreter."""
+        if self.interpret:
+            return None
+        from .cudagraphs import OutputLifetimes, cudagraphify
+        graphed = cudagraphify(module.call, static_argnums=static_argnums, spare=module.__dict__.get("spare"),
+                               fixed=module.__dict__.get("constants", ()))
+        return OutputLifetimes(graphed, wrap)
+
     def fits_row_scratch(self, elements):
         return True     # a persistent row lives in registers; a looped one recomputes (kernel.py)

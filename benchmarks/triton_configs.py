@@ -1,4 +1,4 @@
-"""Launch-configuration sweep of Stax's Triton kernels on a GPU (issue 18; the data behind the
+"""Launch-configuration sweep of Stax's Triton kernels on a GPU (the data behind the
 heuristics of backends/stax/triton/plan.py).
 
 For a few cases of table 13 it forces each (XBLOCK, RBLOCK, num_warps) of a small grid on the

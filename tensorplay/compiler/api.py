@@ -76,9 +76,9 @@ class BackendCompilerError(RuntimeError):
 MODES = config.MODES
 #: options that nothing reads yet on CPU (no CUDA graphs, no autotuning there): accepted, so that code
 #: written for GPUs runs, with a UserWarning once per process and option when set (``_warn_no_effect``,
-#: the device check that reads them until a GPU backend does).  ``stax.cudagraphs`` does take effect
-#: on CUDA tensors (inference graphs replayed as CUDA graphs: stax/triton/cudagraphs.py); the warning,
-#: given before the inputs' device is known, says so
+#: the device check that reads them until a GPU backend does).  On CUDA tensors all three take effect
+#: (inference graphs replayed as CUDA graphs: stax/triton/cudagraphs.py; launch configurations tuned:
+#: stax/triton/autotune.py); the warning, given before the inputs' device is known, says so
 NO_EFFECT_YET = ("stax.cudagraphs", "stax.max_autotune", "stax.coordinate_descent_tuning")
 _WARNED_NO_EFFECT: set = set()
 
@@ -101,8 +101,8 @@ def _warn_no_effect(mode, options, resolved):
             return f"options[{k!r}]"
         return f"mode={mode!r}" if k in MODES[mode or "default"] else "config.patch"
     what = "; ".join(f"{k}={resolved[k]!r} (set by {source(k)}: {config.knob(k).help})" for k in new)
-    cuda = (" (stax.cudagraphs does take effect on CUDA tensors: their inference graphs are replayed as "
-            "CUDA graphs)") if "stax.cudagraphs" in new else ""
+    cuda = (" (each does take effect on CUDA tensors: inference graphs replayed as CUDA graphs, kernel launch "
+            "configurations tuned)")
     _warn_user(f"tp.compile: no effect on CPU yet: {what}; the code compiled for CPU tensors is what "
                f"mode='default' gives{cuda} (said once per process and option)", UserWarning)
 

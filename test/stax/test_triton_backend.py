@@ -1,4 +1,4 @@
-"""Stax's Triton backend (issue 18 §6): the same op tests, fusion tests and random programs as on
+"""Stax's Triton backend: the same op tests, fusion tests and random programs as on
 the CPU, compiled to Triton kernels and run by Triton's interpreter on CPU tensors
 (``stax.kernel_backend = "triton"``, what ``tp.compile(options={"stax.kernel_backend": "triton"})``
 asks for), plus the Triton-specific structure tests; ``-m gpu`` runs the GPU tests on CUDA tensors.
@@ -210,3 +210,26 @@ def test_unknown_kernel_backend_is_a_clear_error():
     cf = tp.compile(lambda a: a + 1, options={"stax.kernel_backend": "nope"}, strict_native=True)
     with pytest.raises(Exception, match=r"stax.kernel_backend='nope'.*registered"):
         cf(rnd(3))
+
+
+# ---- launch configurations: the tuned launcher (max-autotune) -------------------------------------------
+def test_max_autotune_wrapper_tunes_its_launchers():
+    """A GPU wrapper compiled under max-autotune launches through ``Launcher(..., tune='both')``
+    (the interpreter never tunes); the search space keeps a persistent row block whole."""
+    from tensorplay.compiler.backends.stax.triton.backend import TritonBackend
+    from tensorplay.compiler.backends.stax.triton.runtime import tuning_space
+    cf = tp.compile(lambda x: F.softmax(x, -1), strict_native=True)
+    cf(rnd(8, 100))
+    src = _source(cf).split("r'''", 1)[1].split("'''", 1)[0]
+    gpu = TritonBackend()
+    gpu.generate_wrapper(None, None, {}, options={"stax.max_autotune": True, "stax.coordinate_descent_tuning": True})
+    lines = gpu.kernel_definition("kernel0", src, {"arg0": ("*fp32", False), "buf0": ("*fp32", True)})
+    assert any("Launcher(_kernel0, {" in ln and "tune='both', persistent=True" in ln for ln in lines)
+    gpu.generate_wrapper(None, None, {}, options={})
+    assert not any("tune=" in ln for ln in gpu.kernel_definition("kernel0", src, {"arg0": 0, "buf0": 0}))
+    space, valid = tuning_space({"XBLOCK": 4, "RBLOCK": 128, "num_warps": 2, "num_stages": 1}, 8, persistent=True)
+    assert space["RBLOCK"] == [128] and max(space["XBLOCK"]) == 8 and 4 in space["XBLOCK"]
+    assert valid({"XBLOCK": 8, "RBLOCK": 128, "num_warps": 8, "num_stages": 2})
+    assert not valid({"XBLOCK": 1, "RBLOCK": 8, "num_warps": 16, "num_stages": 1})     # idle threads
+    space, _ = tuning_space({"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4, "num_stages": 1}, 3, persistent=False)
+    assert len(space["RBLOCK"]) > 1

@@ -75,10 +75,11 @@ def plan_graph(gm, example_inputs):
         return graph, sched, [plan for _, plan in _plans(sched)]
 
 
-def compile_graph(gm, example_inputs, cpp_wrapper=False):
+def compile_graph(gm, example_inputs, cpp_wrapper=False, options=None):
     """Lower, schedule, plan and generate code; returns (wrapper source, graph, scheduler, kernels).
     The kernels and how the wrapper calls them are the device backend's (device.py: that of the
-    inputs' device); ``cpp_wrapper``: on the CPU, one C++ translation unit and entry for the kernels."""
+    inputs' device); ``cpp_wrapper``: on the CPU, one C++ translation unit and entry for the kernels;
+    ``options``: the compiled function's (the backend reads those it acts on: tuning on the GPU)."""
     from .codegen.wrapper import generate_wrapper
     from .device import backend_for
     backend = backend_for(example_inputs)
@@ -89,7 +90,7 @@ def compile_graph(gm, example_inputs, cpp_wrapper=False):
             src, params = backend.render(plan, name)
             kernels[id(g)] = (name, src, params)
             plans[id(g)] = plan
-        out = backend.generate_wrapper(graph, sched, kernels, cpp_wrapper=cpp_wrapper)
+        out = backend.generate_wrapper(graph, sched, kernels, cpp_wrapper=cpp_wrapper, options=options or {})
         src, materialized = out if out is not None else generate_wrapper(graph, sched, kernels, backend)
         from .debug import emit
         emit(gm, graph, sched, kernels, src, plans)      # TP_STAX_DEBUG=ir,schedule,plan,code
@@ -141,7 +142,7 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     try:
         with use_backend(kernel_backend):
             rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")),
-                                             kernel_backend)
+                                             kernel_backend, options)
     except Exception as e:
         if not is_symbolic(gm):
             raise
@@ -199,16 +200,21 @@ def _cudagraphed(gm, example_inputs, options, mod):
     return backend.graph_runner(mod, free, _wrap)
 
 
-def _compiled_graph(gm, example_inputs, cpp_wrapper, kernel_backend=""):
+#: the options that change a wrapper's code beyond the cpp wrapper and the backend (its graph key)
+_CODE_OPTIONS = ("stax.max_autotune", "stax.coordinate_descent_tuning")
+
+
+def _compiled_graph(gm, example_inputs, cpp_wrapper, kernel_backend="", options=None):
     """(record, constants): the wrapper source and facts of a graph, from the graph cache (a warm
     process does no lowering and no code generation) or compiled now and stored
     (codecache.graph_key); the constant tensors its ``call`` reads."""
     from . import codecache
-    key = codecache.graph_key(gm, example_inputs, cpp_wrapper=cpp_wrapper, kernel_backend=kernel_backend)
+    variant = f"kernel_backend={kernel_backend}" + "".join(f";{k}={bool((options or {}).get(k))}" for k in _CODE_OPTIONS)
+    key = codecache.graph_key(gm, example_inputs, cpp_wrapper=cpp_wrapper, variant=variant)
     rec = codecache.load_graph(key)
     if rec is not None:
         return rec, codecache.graph_constants(gm)
-    src, graph, sched, materialized = compile_graph(gm, example_inputs, cpp_wrapper)
+    src, graph, sched, materialized = compile_graph(gm, example_inputs, cpp_wrapper, options)
     outs = {o.name if hasattr(o, "name") else None for o in graph.outputs}
     rec = {"source": src, "materialized": sorted(materialized), "fallbacks": [list(f) for f in graph.fallbacks],
            "intermediate_bytes": sum(2 * graph.sizevars.size_hint(b.layout.numel) * b.layout.dtype.itemsize

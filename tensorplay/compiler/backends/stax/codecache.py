@@ -364,7 +364,7 @@ def _tensor_sig(t, with_values: bool) -> str:
     return sig
 
 
-def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False, kernel_backend: str = "") -> str | None:
+def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False, variant: str = "") -> str | None:
     """The key of a compiled graph, or None when the graph cache is off (``stax.graph_cache``,
     ``TP_GRAPH_CACHE=0``, or ``stax.lower_debug`` / ``stax.debug`` ask to see the lowering) or an
     example input is not a tensor or a plain number.  Lowerings registered or overridden from
@@ -373,7 +373,8 @@ def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False, kernel_backend: 
     The configuration is in the key through :func:`config.digest` (the keyed knobs: heuristics,
     the toolchain; not logs, dumps or cache folders).  Not seen: a rule re-bound to another package
     function, and patches of other objects' state (a module's constants) -- set
-    ``TP_GRAPH_CACHE=0`` then."""
+    ``TP_GRAPH_CACHE=0`` then.  ``variant``: the options that change the generated code besides
+    ``cpp_wrapper`` (the kernel backend, tuning), as text."""
     if not config.get("stax.graph_cache") or config.get("stax.lower_debug") \
             or config.get("stax.debug").strip() not in ("", "0"):
         return None     # the debug switches print what lowering and code generation do: always run them
@@ -391,7 +392,7 @@ def graph_key(gm, example_inputs, *, cpp_wrapper: bool = False, kernel_backend: 
             return None
     consts = [_tensor_sig(t, True) for t in graph_constants(gm).values()]
     return _sha256_parts(CACHE_VERSION, "graph", gm.code, "\0".join(ins), "\0".join(consts), _symbolic_sig(gm),
-                         f"cpp_wrapper={bool(cpp_wrapper)}", f"kernel_backend={kernel_backend}", torch.__version__, torch.get_num_threads(),
+                         f"cpp_wrapper={bool(cpp_wrapper)}", variant, torch.__version__, torch.get_num_threads(),
                          sys.version, config.digest(), _package_digest(), user_code_digest())
 
 

@@ -54,6 +54,9 @@ class GraphLowering:
         self.sizevars = SizeVarAllocator()   # the graph's size symbols (none while shapes are static)
         from .device import backend_for
         self.native_dtypes = backend_for(self.example_inputs).native_dtypes   # (of the device's backend)
+        devs = {t.device for t in self.example_inputs if hasattr(t, "device") and t.device.type != "meta"}
+        #: the graph's device: where a value whose meta is on "meta" (an AOT graph's) lives
+        self.device = devs.pop() if len(devs) == 1 else torch.device("cpu")
         self.fake_mode = None            # a symbolic graph's FakeTensorMode (run: fake_mode_of)
         self.buffers: list = []          # ComputedBuffer / ExternBuffer in creation order
         self.env: dict = {}
@@ -261,14 +264,14 @@ class GraphLowering:
             shared = types.SimpleNamespace(var=None)   # one call for all outputs: a random op draws once
             for i, v in enumerate(val):
                 if hasattr(v, "shape"):
-                    buf = ExternBuffer(self.new_name(), _layout_of_meta(v), d, args, kind, reason, index=i)
+                    buf = ExternBuffer(self.new_name(), _layout_of_meta(v, self.device), d, args, kind, reason, index=i)
                     buf.shared = shared
                     self.buffers.append(buf)
                     outs.append(TensorBox(buf))
                 else:
                     outs.append(v)
             return tuple(outs)
-        buf = ExternBuffer(self.new_name(), _layout_of_meta(val), d, args, kind, reason)
+        buf = ExternBuffer(self.new_name(), _layout_of_meta(val, self.device), d, args, kind, reason)
         self.buffers.append(buf)
         return TensorBox(buf)
 
@@ -339,8 +342,8 @@ def _dense(size, stride) -> bool:
     return True
 
 
-def _layout_of_meta(v) -> FixedLayout:
-    dev = v.device if v.device.type != "meta" else torch.device("cpu")
+def _layout_of_meta(v, device) -> FixedLayout:
+    dev = v.device if v.device.type != "meta" else device
     return FixedLayout(v.dtype, dev, tuple(v.shape), tuple(v.stride()), v.storage_offset())
 
 

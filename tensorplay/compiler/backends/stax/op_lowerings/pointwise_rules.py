@@ -137,7 +137,7 @@ def _device(args, out):
     for a in args:
         if isinstance(a, TensorBox):
             return a.device
-    return out.device if out.device.type != "meta" else torch.device("cpu")
+    return out.device if out.device.type != "meta" else V.graph.device
 
 
 def _c(v):

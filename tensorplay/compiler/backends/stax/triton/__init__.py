@@ -1,4 +1,4 @@
-"""Stax's GPU device backend: Triton kernels from the same plans (the chapter, §9; issue 18).
+"""Stax's GPU device backend: Triton kernels from the same plans (the chapter, §9).
 
 Read in pipeline order:
 

@@ -1,5 +1,5 @@
 """The GPU's device backend: Triton kernels launched from the Python wrapper (the chapter, §9,
-§11.2; issue 18).
+§11.2).
 
 :class:`TritonBackend` is what ``compile_graph`` asks for a graph on a CUDA device (device.py),
 and, under the name ``"triton"``, for CPU tensors when ``tp.compile(options={"stax.kernel_backend":
@@ -10,18 +10,21 @@ sizes...)`` that computes the grid from the plan's numel expressions and launche
 stream::
 
     _kernel0 = load_kernel(r'''...''', 'kernel0')
-    _kernel0_launch = Launcher(_kernel0, {'XBLOCK': 1024, 'num_warps': 4, 'num_stages': 1}, (1024,))
+    _kernel0_launch = Launcher(_kernel0, {'XBLOCK': 1024, 'num_warps': 4, 'num_stages': 1})
     def kernel0(arg0, buf0, s0):
         xnumel = 2048 * s0
         if xnumel > 0:
-            _kernel0_launch((cdiv(xnumel, 1024),), arg0, buf0, s0, xnumel)
+            _kernel0_launch(xnumel, arg0, buf0, s0, xnumel)
 
 (``Launcher``: Triton's JIT at the first call of each argument specialisation, the compiled
-kernel launched directly after it; in the interpreter ``_kernel0[grid](...)``.)
+kernel launched directly after it, its grid from the numel and its XBLOCK; under ``max-autotune``
+``Launcher(..., tune="both")`` searches the launch configuration first; in the interpreter
+``_kernel0[grid](...)``.)
 """
 from __future__ import annotations
 
 import json
+import threading
 
 import sympy
 import torch
@@ -42,6 +45,14 @@ class TritonBackend(DeviceBackend):
     def __init__(self, interpret: bool = False):
         #: run the kernels in Triton's interpreter (CPU tensors)
         self.interpret = interpret
+        self._local = threading.local()     # the graph being generated: its tuning method
+
+    def generate_wrapper(self, graph, sched, kernels, options=None, **_):
+        """The common Python wrapper (None), after noting the graph's tuning method (``max-autotune``:
+        autotune.method_for_options) for the kernel definitions that follow."""
+        from .autotune import method_for_options
+        self._local.tune = None if self.interpret else method_for_options(options or {})
+        return None
 
     def plan(self, kernel_plan):
         from .plan import plan_triton
@@ -51,7 +62,16 @@ class TritonBackend(DeviceBackend):
 
     def render(self, kernel_plan, name):
         from . import kernel       # looked up at each call (tools patch kernel.generate_kernel)
-        return kernel.generate_kernel(self.plan(kernel_plan), name)
+        return kernel.generate_kernel(self.plan(kernel_plan), name, self._host_scalars())
+
+    def _host_scalars(self):
+        """One-element buffers of the graph in host memory (the random seed an extern draws on the
+        CPU): a GPU kernel takes their value as an argument (``.item()``, no copy to the device)."""
+        if self.interpret:
+            return frozenset()
+        from ..op_lowerings import V
+        return frozenset(b.name for b in V.graph.buffers if getattr(b, "layout", None) is not None
+                         and torch.device(b.layout.device).type == "cpu" and b.layout.size == ())
 
     def wrapper_imports(self):
         return ["from tensorplay.compiler.backends.stax.triton.runtime import load_kernel, cdiv, checked_launch, Launcher"]
@@ -82,9 +102,11 @@ class TritonBackend(DeviceBackend):
         elif self.interpret:
             call = f"_{name}[{grid}]({', '.join(args + grid_args)}, {consts})"
         else:    # the compiled kernel launched directly after its first call (runtime.Launcher)
-            blocks = tuple(cfg[k] for k in ("XBLOCK", "RBLOCK") if k in cfg)
-            lines.insert(1, f"_{name}_launch = Launcher(_{name}, {cfg!r}, {blocks!r})")
-            call = f"_{name}_launch({grid}, {', '.join(args + grid_args)})"
+            tune = getattr(self._local, "tune", None)
+            extra = (f", tune={tune!r}" + (", persistent=True" if launch.get("persistent") else "")) if tune else ""
+            lines.insert(1, f"_{name}_launch = Launcher(_{name}, {cfg!r}{extra})")
+            numel = str(int(xn)) if xn.is_Integer else "xnumel"
+            call = f"_{name}_launch({numel}, {', '.join(args + grid_args)})"
         if xn.is_Integer:
             lines.append(f"    {call}" if int(xn) > 0 else "    pass   # no elements")
         else:
@@ -92,13 +114,16 @@ class TritonBackend(DeviceBackend):
         return lines
 
     def kernel_call(self, name, params):
-        return f"{name}({', '.join(params)})"
+        return f"{name}({', '.join(p + '.item()' if kind == 'host scalar' else p for p, (kind, _) in params.items())})"
 
     def graph_runner(self, module, static_argnums, wrap):
         """CUDA graphs (triton/cudagraphs.py): the wrapper captured once and replayed; outputs of an
         earlier replay raise when read (exercise 27's hazard).  Not in the interpreter."""
         if self.interpret:
             return None
+        with open(module.__file__, encoding="utf-8") as f:
+            if "OPS['_random_seed']" in f.read():
+                return None     # a replay would repeat the captured seed: random graphs are not replayed
         from .cudagraphs import OutputLifetimes, cudagraphify
         graphed = cudagraphify(module.call, static_argnums=static_argnums, spare=module.__dict__.get("spare"),
                                fixed=module.__dict__.get("constants", ()))

@@ -1,4 +1,4 @@
-"""The Triton interpreter's stand-in for ``libdevice`` (testing without a GPU, issue 18 §6).
+"""The Triton interpreter's stand-in for ``libdevice`` (testing without a GPU).
 
 Under ``TRITON_INTERPRET=1`` (how the Triton backend runs on CPU tensors) a kernel is executed by
 Triton's interpreter on numpy arrays, which has no extern (libdevice) functions: a call of

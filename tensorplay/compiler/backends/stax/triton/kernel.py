@@ -129,8 +129,10 @@ def _identity(rt, dtype) -> str:
 class TritonKernel:
     """Prints the Triton function of one plan whose ``device`` is a TritonPlan (module doc)."""
 
-    def __init__(self, plan, name):
+    def __init__(self, plan, name, host_scalars=frozenset()):
         self.plan, self.gpu, self.name = plan, plan.device, name
+        #: one-element buffers in host memory (the graph's random seed on a GPU): scalar arguments
+        self.host_scalars = host_scalars
         self._tmp = 0
         self.dtypes = {b: f.dtype for b, f in plan.buffers.items()}
         self.locals = plan.locals
@@ -164,6 +166,9 @@ class TritonKernel:
         return name
 
     def ptr(self, name):
+        if name in self.host_scalars:
+            self.params[name] = ("host scalar", False)      # passed by value (backend.kernel_call)
+            return name
         if name not in self.params:
             self.params[name] = (tl_type(self.dtypes[name]), False)
         return name
@@ -261,7 +266,7 @@ class TritonKernel:
         sig = params + [s.name for s in syms] + [v for v, e in numels if not sympy.sympify(e).is_Integer] + \
             ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
         launch = {"xnumel": str(g.xnumel), "rnumel": str(g.rnumel) if self.reduction else None,
-                  "config": g.config, "kind": g.kind}
+                  "config": g.config, "kind": g.kind, "persistent": g.persistent}
         head = [LAUNCH_TAG + json.dumps(launch), *GPU_IMPORTS, ""]
         helpers = [HELPERS[h] for h in sorted(self.helpers)]
         # a data-dependent index is checked by tl.device_assert, which Triton compiles in debug mode only
@@ -451,9 +456,10 @@ def _mentions(text, name):
     return re.search(rf"\b{re.escape(name)}\b", text) is not None
 
 
-def generate_kernel(plan, name):
-    """(source, params) of Triton kernel ``name`` for ``plan``; fills ``plan.device`` first."""
+def generate_kernel(plan, name, host_scalars=frozenset()):
+    """(source, params) of Triton kernel ``name`` for ``plan``; fills ``plan.device`` first.
+    ``host_scalars``: one-element buffers the kernel reads as scalar arguments."""
     if plan.device is None:
         plan.device = plan_triton(plan)
-    k = TritonKernel(plan, name)
+    k = TritonKernel(plan, name, host_scalars)
     return k.generate(), k.params

@@ -159,6 +159,8 @@ class TritonHandler:
             return v
         ptr = self.k.ptr(name)
         dt = self.k.dtype_of(name)
+        if name in self.k.host_scalars:         # a value argument (index 0 of one element)
+            return _Val(ptr, dt)
         offset, mask = self.pointer(ptr, index)
         if mask:
             v = self._emit(f"tl.load({offset}, {mask}, other=0)", dt)

@@ -1,4 +1,4 @@
-"""Loading and launching the Triton kernels of a wrapper (the chapter, §9.9 and §11.2; issue 18 §4).
+"""Loading and launching the Triton kernels of a wrapper (the chapter, §9.9 and §11.2).
 
 The wrapper module of a graph (codegen/wrapper.py) defines each Triton kernel with
 :func:`load_kernel` -- its source goes through the content-addressed cache (codecache.load_py:
@@ -26,7 +26,7 @@ import sys
 
 from .. import codecache
 
-__all__ = ["load_kernel", "InterpreterRequired", "cdiv", "checked_launch", "Launcher", "GPU_LIBDEVICE", "INTERPRETER_LIBDEVICE", "triton_version"]
+__all__ = ["load_kernel", "InterpreterRequired", "cdiv", "checked_launch", "Launcher", "tuning_space", "GPU_LIBDEVICE", "INTERPRETER_LIBDEVICE", "triton_version"]
 
 #: the import line of every generated kernel module ...
 GPU_LIBDEVICE = "from triton.language.extra import libdevice"
@@ -129,29 +129,87 @@ class Launcher:
     §9.9 and §11.2): the first call of each argument specialisation goes through Triton's JIT
     (``kernel[grid](...)``: it compiles, or finds its artefact in the cache, and launches); later
     calls launch the compiled kernel directly on the current stream -- Triton's binder, cache-key
-    computation and hook look-ups are skipped (about 15 µs a launch on an H200 host).
-    ``constexprs``: the values of the kernel's trailing constexpr parameters (XBLOCK, RBLOCK),
-    passed positionally as the compiled launcher expects them."""
+    computation and hook look-ups are skipped.  The grid is ``cdiv(xnumel, XBLOCK)`` programs of
+    the configuration's XBLOCK; the kernel's trailing constexpr parameters (XBLOCK, RBLOCK) are
+    passed positionally, as the compiled launcher expects them.
 
-    __slots__ = ("kernel", "config", "constexprs", "compiled", "_stream", "_device")
+    ``tune`` (``max-autotune``, autotune.method_for_options): before the first launch of a
+    specialisation the configuration is searched over :func:`tuning_space` around the heuristic's
+    (autotune.autotune: coordinate descent and/or random search, timed with CUDA events, the winner
+    stored in the content-addressed cache under the kernel's source, the device, Triton's version
+    and the sizes: a new process launches the tuned config without measuring).  Tuning runs the
+    kernel on the call's own arguments (its outputs are written again; its inputs are only read)."""
 
-    def __init__(self, kernel, config: dict, constexprs: tuple):
-        self.kernel, self.config, self.constexprs = kernel, config, tuple(constexprs)
+    __slots__ = ("kernel", "config", "tune", "persistent", "compiled", "_stream", "_device", "tuned", "_knobs")
+
+    def __init__(self, kernel, config: dict, tune: str | None = None, persistent: bool = False):
+        self.kernel, self.config, self.tune, self.persistent = kernel, dict(config), tune, persistent
         self.compiled = {}
         self._stream = self._device = None
+        self.tuned = None            # the autotune.Tuned result, once tuned
 
-    def __call__(self, grid, *args):
+    def _blocks(self, config):
+        return tuple(config[k] for k in ("XBLOCK", "RBLOCK") if k in config)
+
+    def __call__(self, xnumel, *args):
         key = tuple(_spec(a) for a in args)
         c = self.compiled.get(key)
         if c is None:
-            self.compiled[key] = self.kernel[grid](*args, **self.config)
+            if self.tune and self.tuned is None:
+                self._autotune(xnumel, args)
+            cfg = self.config
+            self.compiled[key] = self.kernel[(cdiv(xnumel, cfg["XBLOCK"]),)](*args, **cfg)
             import torch
+            from triton import knobs
             self._device = torch.cuda.current_device()
             self._stream = torch._C._cuda_getCurrentRawStream
+            self._knobs = knobs.runtime
             return
-        from triton import knobs
-        if knobs.runtime.launch_enter_hook is not None:      # a profiler listens: Triton's own path
-            self.kernel[grid](*args, **self.config)
+        cfg = self.config
+        if self._knobs.launch_enter_hook is not None:      # a profiler listens: Triton's own path
+            self.kernel[(cdiv(xnumel, cfg["XBLOCK"]),)](*args, **cfg)
             return
-        c.run(grid[0], 1, 1, self._stream(self._device), c.function, c.packed_metadata, None, None, None,
-              *args, *self.constexprs)
+        c.run(cdiv(xnumel, cfg["XBLOCK"]), 1, 1, self._stream(self._device), c.function, c.packed_metadata, None,
+              None, None, *args, *self._blocks(cfg))
+
+    def _autotune(self, xnumel, args):
+        import torch
+
+        from . import autotune as at
+        space, valid = tuning_space(self.config, xnumel, self.persistent)
+        dev = next((a.device for a in args if hasattr(a, "device")), torch.device("cuda"))
+        key = at.tuning_key(self.kernel.src, at.device_description(dev), xnumel,
+                            [tuple(a.shape) if hasattr(a, "shape") else a for a in args])
+
+        def launch(cfg):
+            self.kernel[(cdiv(xnumel, cfg["XBLOCK"]),)](*args, **cfg)
+        self.tuned = at.autotune(key, self.config, space, at.launch_timer(launch, device=dev), self.tune,
+                                 valid=valid, desc=f"tuning {getattr(self.kernel, '__name__', 'kernel')}")
+        if self.tuned.seconds != float("inf"):
+            self.config = dict(self.tuned.config)
+
+
+#: the values a tuning search may give each launch parameter (powers of two: tl.arange's rule)
+TUNE_XBLOCK = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+TUNE_RBLOCK = (8, 16, 32, 64, 128, 256, 512, 1024, 2048, 4096)
+TUNE_WARPS = (1, 2, 4, 8, 16)
+TUNE_STAGES = (1, 2, 3, 4)
+#: a block holds at most this many elements (registers)
+TUNE_MAX_BLOCK = 1 << 15
+
+
+def tuning_space(config: dict, xnumel: int, persistent: bool):
+    """(space, valid) of a search around ``config``: XBLOCK up to the rows' next power of two,
+    RBLOCK free in a looped reduction and fixed in a persistent one (it must cover the row),
+    num_warps and num_stages; a block of at most :data:`TUNE_MAX_BLOCK` elements with at least one
+    element per thread."""
+    top = 1 << max(0, int(xnumel) - 1).bit_length()
+    space = {"XBLOCK": sorted({x for x in TUNE_XBLOCK if x <= max(top, 1)} | {config["XBLOCK"]}),
+             "num_warps": list(TUNE_WARPS), "num_stages": list(TUNE_STAGES)}
+    if "RBLOCK" in config:
+        space["RBLOCK"] = [config["RBLOCK"]] if persistent else sorted(set(TUNE_RBLOCK) | {config["RBLOCK"]})
+
+    def valid(c):
+        elems = c["XBLOCK"] * c.get("RBLOCK", 1)
+        return elems <= TUNE_MAX_BLOCK and c["num_warps"] * 32 <= max(elems, 32)
+    return space, valid

@@ -233,3 +233,21 @@ def test_max_autotune_wrapper_tunes_its_launchers():
     assert not valid({"XBLOCK": 1, "RBLOCK": 8, "num_warps": 16, "num_stages": 1})     # idle threads
     space, _ = tuning_space({"XBLOCK": 1, "RBLOCK": 1024, "num_warps": 4, "num_stages": 1}, 3, persistent=False)
     assert len(space["RBLOCK"]) > 1
+
+
+@pytest.mark.parametrize("shape", [(100, 70), (3, 130), (64, 1)])
+def test_triton_transpose_is_a_tiled_kernel(shape):
+    """Stores along the inner loop, the load along the outer one: one [YBLOCK, XBLOCK] tile per
+    program (plan.py), static and symbolic sizes."""
+    f = lambda x: x.t().contiguous() * 2 + 1  # noqa: E731
+    x = rnd(*shape)
+    out, cf = run_native(f, x)
+    assert out.stride() == (shape[0], 1)
+    src = _source(cf)
+    assert "YBLOCK" in src and "ymask" in src or shape[1] == 1
+    cfd = tp.compile(f, dynamic=True, strict_native=True)
+    for rows, cols in ((shape[0] + 3, shape[1] + 5), (shape[0] + 7, shape[1] + 2)):
+        y = rnd(rows, cols)
+        cfd(y)
+        tp.testing.assert_close(cfd(y), f(y))
+    assert len(cfd._cache) == 1

@@ -88,7 +88,8 @@ class TritonBackend(DeviceBackend):
         args = list(params)
         lines = [f"_{name} = load_kernel(r'''{source}''', '{name}'{', interpret=True' if self.interpret else ''})",
                  f"def {name}({', '.join(args)}):"]
-        numels = [("xnumel", launch["xnumel"])] + ([("rnumel", launch["rnumel"])] if launch["rnumel"] else [])
+        numels = [("xnumel", launch["xnumel"])] + ([("rnumel", launch["rnumel"])] if launch["rnumel"] else []) + \
+            ([("ynumel", launch["ynumel"])] if launch.get("ynumel") else [])
         grid_args = []   # the symbolic numels (a static one is a constant of the kernel)
         for var, text in numels:
             e = sympy.sympify(text)
@@ -96,7 +97,13 @@ class TritonBackend(DeviceBackend):
                 grid_args.append(var)
                 lines.append(f"    {var} = {pexpr(e)}")
         xn = sympy.sympify(launch["xnumel"])
-        grid = f"({-(-int(xn) // cfg['XBLOCK'])},)" if xn.is_Integer else f"(cdiv(xnumel, {cfg['XBLOCK']}),)"
+        yn = sympy.sympify(launch.get("ynumel") or 1)
+        xtext, ytext = (str(int(e)) if e.is_Integer else v for e, v in ((xn, "xnumel"), (yn, "ynumel")))
+        if "YBLOCK" in cfg:      # a tiled kernel: the tiles of (rows, columns), one program each
+            grid = (f"({-(-int(yn) // cfg['YBLOCK']) * -(-int(xn) // cfg['XBLOCK'])},)" if xn.is_Integer and yn.is_Integer
+                    else f"(cdiv({ytext}, {cfg['YBLOCK']}) * cdiv({xtext}, {cfg['XBLOCK']}),)")
+        else:
+            grid = f"({-(-int(xn) // cfg['XBLOCK'])},)" if xn.is_Integer else f"(cdiv(xnumel, {cfg['XBLOCK']}),)"
         consts = ", ".join(f"{k}={v}" for k, v in cfg.items())
         if self.interpret and "tl.device_assert" in source:
             call = f"checked_launch(_{name}, {grid}, {', '.join(args + grid_args)}, {consts})"
@@ -106,12 +113,12 @@ class TritonBackend(DeviceBackend):
             tune = getattr(self._local, "tune", None)
             extra = (f", tune={tune!r}" + (", persistent=True" if launch.get("persistent") else "")) if tune else ""
             lines.insert(1, f"_{name}_launch = Launcher(_{name}, {cfg!r}{extra})")
-            numel = str(int(xn)) if xn.is_Integer else "xnumel"
+            numel = f"({ytext}, {xtext})" if "YBLOCK" in cfg else xtext
             call = f"_{name}_launch({numel}, {', '.join(args + grid_args)})"
-        if xn.is_Integer:
-            lines.append(f"    {call}" if int(xn) > 0 else "    pass   # no elements")
+        if xn.is_Integer and yn.is_Integer:
+            lines.append(f"    {call}" if int(xn) * int(yn) > 0 else "    pass   # no elements")
         else:
-            lines += ["    if xnumel > 0:", f"        {call}"]
+            lines += [f"    if {xtext} * {ytext} > 0:", f"        {call}"]
         return lines
 
     def kernel_call(self, name, params):

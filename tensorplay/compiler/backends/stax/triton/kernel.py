@@ -145,7 +145,10 @@ class TritonKernel:
         self.cse = {}             # expression -> value of the current scope (the kernel; a loop body)
         self.reduction = self.gpu.kind == "reduction"
         self._subs = dict(plan.substitution)
-        self.xvars = [lp.var for lp in (plan.outer_loops if self.reduction else plan.outer_loops + plan.inner_loops)]
+        self.tiled = bool(self.gpu.YBLOCK)
+        loops = plan.outer_loops + plan.inner_loops
+        self.yvars = [loops[0].var] if self.tiled else []
+        self.xvars = [lp.var for lp in (plan.outer_loops if self.reduction else loops[1:] if self.tiled else loops)]
         self.rvars = [lp.var for lp in plan.inner_loops] if self.reduction else []
         # a static numel is a literal of the kernel (constant trip counts), a symbolic one an argument
         g = self.gpu
@@ -187,13 +190,15 @@ class TritonKernel:
         if e is None:
             return ctx
         free = e.free_symbols
-        return [g for g, vs in (("x", self.xvars), ("r", self.rvars)) if g in ctx and free & set(vs)]
+        return [g for g, vs in (("y", self.yvars), ("x", self.xvars), ("r", self.rvars)) if g in ctx and free & set(vs)]
 
     def context_groups(self, row):
-        return ["x", "r"] if self.reduction and not row else ["x"]
+        return ["x", "r"] if self.reduction and not row else ["y", "x"] if self.tiled else ["x"]
 
     def full_shape(self, row):
         """The shape of a full block of the context."""
+        if self.tiled:
+            return "[YBLOCK, XBLOCK]"
         return "[XBLOCK]" if not self.reduction else "[XBLOCK, 1]" if row else "[XBLOCK, RBLOCK]"
 
     def local_value(self, name, handler):
@@ -231,7 +236,16 @@ class TritonKernel:
         wide = self.index_dtype == torch.int64
         pid = "tl.program_id(0).to(tl.int64)" if wide else "tl.program_id(0)"
         body = []
-        if not self.reduction:
+        if self.tiled:
+            ynumel = str(int(g.ynumel)) if sympy.sympify(g.ynumel).is_Integer else "ynumel"
+            body += [f"ytiles = ({ynumel} + YBLOCK - 1) // YBLOCK",
+                     f"yindex = ({pid} % ytiles) * YBLOCK + tl.arange(0, YBLOCK)[:, None]",
+                     f"xindex = ({pid} // ytiles) * XBLOCK + tl.arange(0, XBLOCK)[None, :]",
+                     f"ymask = yindex < {ynumel}", f"xmask = xindex < {self.xnumel}",
+                     f"{self.yvars[0]} = yindex", f"{self.xvars[0]} = xindex"]
+            for ph in plan.phases:
+                body += self._nodes([plan.nodes[n].ir for n in ph.nodes], row=False)
+        elif not self.reduction:
             body += [f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)", f"xmask = xindex < {self.xnumel}"]
             body += self._split("xindex", self._loops(plan.outer_loops + plan.inner_loops))
             for ph in plan.phases:
@@ -248,24 +262,32 @@ class TritonKernel:
         return self._finish(body)
 
     def _rdefs(self, rindex):
-        lines = [f"rindex = {rindex}", f"rmask = rindex < {self.rnumel}"]
+        if self.gpu.persistent and self.rnumel == str(self.gpu.RBLOCK):
+            # the block is the row (RBLOCK is fixed for a persistent kernel, also when tuned): no tail
+            lines = [f"rindex = {rindex}", "rmask = tl.full([1, RBLOCK], True, tl.int1)"]
+        else:
+            lines = [f"rindex = {rindex}", f"rmask = rindex < {self.rnumel}"]
         return lines + (self._split("rindex", self._loops(self.plan.inner_loops)) if self.plan.inner_loops else [])
 
     def _finish(self, body):
         params = list(self.params)
         text = "\n".join(body)
         g = self.gpu
-        numel_syms = sympy.sympify(g.xnumel).free_symbols | sympy.sympify(g.rnumel).free_symbols
+        numel_syms = sympy.sympify(g.xnumel).free_symbols | sympy.sympify(g.rnumel).free_symbols | \
+            sympy.sympify(g.ynumel).free_symbols
         syms = sorted((s for s in self.size_symbols() if _mentions(text, s.name) or s in numel_syms),
                       key=lambda s: (len(s.name), s.name))      # (the launcher computes the grid from them)
         for s in syms:
             self.params[s.name] = ("size", None)    # a size argument (sizevars.py)
         g = self.gpu
-        numels = [("xnumel", g.xnumel)] + ([("rnumel", g.rnumel)] if self.reduction else [])
+        numels = [("xnumel", g.xnumel)] + ([("rnumel", g.rnumel)] if self.reduction else []) + \
+            ([("ynumel", g.ynumel)] if self.tiled else [])
         # a static numel is a constant of the kernel (constant trip counts), a symbolic one an argument
         sig = params + [s.name for s in syms] + [v for v, e in numels if not sympy.sympify(e).is_Integer] + \
-            ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else [])
+            ["XBLOCK: tl.constexpr"] + (["RBLOCK: tl.constexpr"] if self.reduction else []) + \
+            (["YBLOCK: tl.constexpr"] if self.tiled else [])
         launch = {"xnumel": str(g.xnumel), "rnumel": str(g.rnumel) if self.reduction else None,
+                  "ynumel": str(g.ynumel) if self.tiled else None,
                   "config": g.config, "kind": g.kind, "persistent": g.persistent}
         head = [LAUNCH_TAG + json.dumps(launch), *GPU_IMPORTS, ""]
         helpers = [HELPERS[h] for h in sorted(self.helpers)]
@@ -377,7 +399,10 @@ class TritonKernel:
                     f"_{kind}_combine, keep_dims=True)"]
         if kind == "welford":
             t = tl_type(acc)
-            return [f"c_{n.name} = tl.sum(tl.broadcast_to((xmask & rmask).to({t}), {full}), 1, keep_dims=True)",
+            # the count of a row: its length when static (no reduction), else the lanes in range
+            count = (f"tl.full([XBLOCK, 1], {self.rnumel}, {t})" if self.rnumel.isdigit() else
+                     f"tl.sum(tl.broadcast_to((xmask & rmask).to({t}), {full}), 1, keep_dims=True)")
+            return [f"c_{n.name} = {count}",
                     f"v_{n.name}_mean = tl.sum(tl.broadcast_to(tl.where(xmask & rmask, {v}.to({t}), 0.0), {full}), 1, "
                     f"keep_dims=True) / tl.maximum(c_{n.name}, 1.0)",
                     f"d_{n.name} = tl.where(xmask & rmask, {v}.to({t}) - v_{n.name}_mean, 0.0)",

@@ -5,7 +5,10 @@ its Triton kernel covers the iteration space, as the fields of a :class:`TritonP
 (``plan.device``):
 
 * ``kind``: ``pointwise`` -- every loop of the nest flattened onto one block index ``xindex``
-  (``XBLOCK`` elements per program, a 1-D grid) -- or ``reduction``: the outer loops flattened onto
+  (``XBLOCK`` elements per program, a 1-D grid), or *tiled* when its two loops disagree on the fast
+  axis (stores contiguous along the inner loop, a load along the outer: a transpose) -- a
+  ``[YBLOCK, XBLOCK]`` tile of (outer, inner) per program, whose loads and stores both run along
+  whole lines (:data:`TILE`) -- or ``reduction``: the outer loops flattened onto
   ``xindex`` (``XBLOCK`` rows per program, shape ``[XBLOCK, 1]``), the reduced loops onto
   ``rindex`` (``[1, RBLOCK]``);
 * ``persistent``: the whole row is one ``RBLOCK`` block held in registers (every phase of the
@@ -53,6 +56,9 @@ LOOPED_RBLOCK = 1024
 #: column reductions: rows (output columns) per program and the row block
 COLUMN_XBLOCK = 64
 COLUMN_RBLOCK = 32
+#: a tiled pointwise kernel (a transpose): TILE x TILE elements on TILE_WARPS warps
+TILE = 64
+TILE_WARPS = 4
 #: at most this many warps per program; one warp per this many elements of a block
 MAX_WARPS = 8
 ELEMS_PER_WARP = 256
@@ -70,6 +76,9 @@ class TritonPlan:
     RBLOCK: int
     num_warps: int
     num_stages: int = 1
+    #: a tiled 2-D pointwise kernel: the rows (the outer of its two loops) in blocks of YBLOCK
+    YBLOCK: int = 0
+    ynumel: sympy.Expr = sympy.Integer(1)
 
     @property
     def config(self) -> dict:
@@ -77,9 +86,14 @@ class TritonPlan:
         c = {"XBLOCK": self.XBLOCK, "num_warps": self.num_warps, "num_stages": self.num_stages}
         if self.kind == "reduction":
             c["RBLOCK"] = self.RBLOCK
+        if self.YBLOCK:
+            c["YBLOCK"] = self.YBLOCK
         return c
 
     def describe(self) -> str:
+        if self.kind == "pointwise" and self.YBLOCK:
+            return (f"triton tiled pointwise, {self.ynumel} x {self.xnumel}, YBLOCK {self.YBLOCK} x XBLOCK "
+                    f"{self.XBLOCK}, {self.num_warps} warps")
         if self.kind == "pointwise":
             return f"triton pointwise, {self.xnumel} elements, XBLOCK {self.XBLOCK}, {self.num_warps} warps"
         how = "persistent" if self.persistent else "looped"
@@ -95,6 +109,23 @@ def _warps(elems: int, per_warp: int = ELEMS_PER_WARP) -> int:
     return max(1, min(MAX_WARPS, _pow2(max(1, elems // per_warp))))
 
 
+def _transposing(plan) -> bool:
+    """Two loops, stores contiguous along the inner one and some load contiguous along the outer
+    one (a transpose): a tiled kernel reads and writes whole lines (Triton moves the tile through
+    shared memory between the two layouts)."""
+    loops = plan.outer_loops + plan.inner_loops
+    if len(loops) != 2:
+        return False
+    outer, inner = (lp.var for lp in loops)
+    for a in plan.accesses:
+        if a.buffer in plan.locals or a.kind != "load":
+            continue
+        e = plan.translate(a.index)
+        if sympy.diff(e, outer) == 1 and sympy.diff(e, inner) != 1:
+            return True
+    return False
+
+
 def _bound(e) -> int | None:
     """A size's value when static, else its upper bound (None: unbounded)."""
     return size_hint(e) if is_static(e) else size_upper_bound(e)
@@ -104,6 +135,11 @@ def plan_triton(plan) -> TritonPlan:
     """The GPU decisions of ``plan`` (module doc)."""
     xn = math.prod((lp.size for lp in plan.outer_loops), start=sympy.Integer(1))
     rn = math.prod((lp.size for lp in plan.inner_loops), start=sympy.Integer(1))
+    if not plan.has_reduction and _transposing(plan):
+        (outer, inner) = (plan.outer_loops + plan.inner_loops)
+        return TritonPlan("pointwise", False, False, inner.size, sympy.Integer(1),
+                          min(TILE, _pow2(max(1, size_hint(inner.size)))), 1, TILE_WARPS,
+                          YBLOCK=min(TILE, _pow2(max(1, size_hint(outer.size)))), ynumel=outer.size)
     if not plan.has_reduction:
         total = sympy.expand(xn * rn)
         xb = min(POINTWISE_XBLOCK, _pow2(max(1, size_hint(total))))

@@ -149,7 +149,15 @@ class Launcher:
         self.tuned = None            # the autotune.Tuned result, once tuned
 
     def _blocks(self, config):
-        return tuple(config[k] for k in ("XBLOCK", "RBLOCK") if k in config)
+        return tuple(config[k] for k in ("XBLOCK", "RBLOCK", "YBLOCK") if k in config)
+
+    @staticmethod
+    def _grid(numel, cfg):
+        """Programs of a launch: ``numel`` is the element (row) count, or (rows, columns) of a tiled
+        kernel."""
+        if isinstance(numel, tuple):
+            return cdiv(numel[0], cfg["YBLOCK"]) * cdiv(numel[1], cfg["XBLOCK"])
+        return cdiv(numel, cfg["XBLOCK"])
 
     def __call__(self, xnumel, *args):
         key = tuple(_spec(a) for a in args)
@@ -158,7 +166,7 @@ class Launcher:
             if self.tune and self.tuned is None:
                 self._autotune(xnumel, args)
             cfg = self.config
-            self.compiled[key] = self.kernel[(cdiv(xnumel, cfg["XBLOCK"]),)](*args, **cfg)
+            self.compiled[key] = self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
             import torch
             from triton import knobs
             self._device = torch.cuda.current_device()
@@ -167,9 +175,9 @@ class Launcher:
             return
         cfg = self.config
         if self._knobs.launch_enter_hook is not None:      # a profiler listens: Triton's own path
-            self.kernel[(cdiv(xnumel, cfg["XBLOCK"]),)](*args, **cfg)
+            self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
             return
-        c.run(cdiv(xnumel, cfg["XBLOCK"]), 1, 1, self._stream(self._device), c.function, c.packed_metadata, None,
+        c.run(self._grid(xnumel, cfg), 1, 1, self._stream(self._device), c.function, c.packed_metadata, None,
               None, None, *args, *self._blocks(cfg))
 
     def _autotune(self, xnumel, args):
@@ -182,7 +190,7 @@ class Launcher:
                             [tuple(a.shape) if hasattr(a, "shape") else a for a in args])
 
         def launch(cfg):
-            self.kernel[(cdiv(xnumel, cfg["XBLOCK"]),)](*args, **cfg)
+            self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
         self.tuned = at.autotune(key, self.config, space, at.launch_timer(launch, device=dev), self.tune,
                                  valid=valid, desc=f"tuning {getattr(self.kernel, '__name__', 'kernel')}")
         if self.tuned.seconds != float("inf"):
@@ -199,17 +207,22 @@ TUNE_MAX_BLOCK = 1 << 15
 
 
 def tuning_space(config: dict, xnumel: int, persistent: bool):
-    """(space, valid) of a search around ``config``: XBLOCK up to the rows' next power of two,
+    """(space, valid) of a search around ``config``: XBLOCK (and a tiled kernel's YBLOCK) up to the
+    next power of two of its numel (``xnumel``: an int, or (rows, columns) of a tiled kernel),
     RBLOCK free in a looped reduction and fixed in a persistent one (it must cover the row),
     num_warps and num_stages; a block of at most :data:`TUNE_MAX_BLOCK` elements with at least one
     element per thread."""
-    top = 1 << max(0, int(xnumel) - 1).bit_length()
-    space = {"XBLOCK": sorted({x for x in TUNE_XBLOCK if x <= max(top, 1)} | {config["XBLOCK"]}),
-             "num_warps": list(TUNE_WARPS), "num_stages": list(TUNE_STAGES)}
+    def upto(n, key):
+        top = 1 << max(0, int(n) - 1).bit_length()
+        return sorted({x for x in TUNE_XBLOCK if x <= max(top, 1)} | {config[key]})
+    ynumel, xnumel = xnumel if isinstance(xnumel, tuple) else (1, xnumel)
+    space = {"XBLOCK": upto(xnumel, "XBLOCK"), "num_warps": list(TUNE_WARPS), "num_stages": list(TUNE_STAGES)}
+    if "YBLOCK" in config:
+        space["YBLOCK"] = upto(ynumel, "YBLOCK")
     if "RBLOCK" in config:
         space["RBLOCK"] = [config["RBLOCK"]] if persistent else sorted(set(TUNE_RBLOCK) | {config["RBLOCK"]})
 
     def valid(c):
-        elems = c["XBLOCK"] * c.get("RBLOCK", 1)
+        elems = c["XBLOCK"] * c.get("RBLOCK", 1) * c.get("YBLOCK", 1)
         return elems <= TUNE_MAX_BLOCK and c["num_warps"] * 32 <= max(elems, 32)
     return space, valid

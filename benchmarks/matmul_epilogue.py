@@ -100,6 +100,18 @@ def main(argv=None) -> int:
             best = (ms, c)
     if best is not None:
         row(f"template + bias + gelu, best {_short(best[1])}", lambda: fused(a, b, bias, out=out, config=best[1]))
+    # tp.compile of the same function: Stax fuses the product and its epilogue into the template
+    # (stax.triton.templates 'always') or keeps cuBLAS plus one epilogue kernel ('never'); 'rule' is
+    # the default choice
+    import tensorplay as tp
+    from tensorplay.compiler import config as tp_config
+    ta, tb, tbias = (tp.from_torch(t) for t in (a, b, bias))
+    for mode in ("always", "never", "rule"):
+        with tp_config.patch({"stax.triton.templates": mode}):
+            cf = tp.compile(lambda a, b, bias: tp.nn.functional.gelu(a @ b + bias), strict_native=True)
+            cf(ta, tb, tbias)
+            cf(ta, tb, tbias)
+        row(f"tp.compile, templates={mode}", lambda cf=cf: cf(ta, tb, tbias)._data)
     if not args.no_compile:
         from torch import _dynamo
         _dynamo.reset()

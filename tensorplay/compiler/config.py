@@ -140,6 +140,12 @@ KNOBS = {k.name: k for k in (
     _k("stax.keep_buffers", bool, True, "keep a compiled graph's dead intermediate buffers for its next call",
        "TP_STAX_KEEP_BUFFERS", keyed=True),
 
+    # -- heuristics of the Triton (GPU) kernels ---------------------------------------------------------------
+    _k("stax.triton.templates", str, "rule", "a matmul/linear and the pointwise group reading it as one Triton GEMM "
+                                             "with that group as its epilogue: 'rule' (when the choice rule of "
+                                             "triton/matmul.py says so), 'always', 'never'", keyed=True,
+       choices=("rule", "always", "never")),
+
     # -- heuristics of the C++ (CPU) kernels -----------------------------------------------------------------
     _k("stax.cpp.parallel_min_work", int, 1 << 15, "below this many elements of work a kernel runs on one "
                                                    "thread (Alg. 8.1)", keyed=True),

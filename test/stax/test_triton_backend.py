@@ -251,3 +251,53 @@ def test_triton_transpose_is_a_tiled_kernel(shape):
         cfd(y)
         tp.testing.assert_close(cfd(y), f(y))
     assert len(cfd._cache) == 1
+
+
+# ---- matmul templates with fused epilogues (triton/template_fusion.py) ------------------------------------
+def _templated(f, *args, mode="always"):
+    with tp.compiler.config.patch({"stax.triton.templates": mode}):
+        cf = tp.compile(f, strict_native=True)
+        with tp.no_grad():
+            cf(*args)
+            out = cf(*args)
+    return out, _source(cf)
+
+
+@pytest.mark.parametrize("case", ["linear+gelu", "matmul+relu+residual", "chain", "linear no bias, transposed x",
+                                  "float16 linear+silu"])
+def test_triton_matmul_template_fuses_its_epilogue(case):
+    lin = tp.nn.Linear(64, 48)
+    w2 = rnd(48, 40, seed=3)
+    x = rnd(37, 64)
+    f, args, tol = {
+        "linear+gelu": (lambda x: F.gelu(lin(x)) * 2, (x,), 1e-5),
+        "matmul+relu+residual": (lambda x: (x @ lin.weight.t()).relu() + x[:, :48] * 0.5, (x,), 1e-5),
+        "chain": (lambda x: (F.gelu(lin(x)) @ w2).sigmoid(), (x,), 1e-5),
+        "linear no bias, transposed x": (lambda x: F.tanh(F.linear(x.t(), lin.weight[:, :37])), (rnd(37, 64),), 1e-5),
+        "float16 linear+silu": (lambda x: F.silu(F.linear(x, lin.weight.half(), lin.bias.half())),
+                                (x.half(),), 3e-3),
+    }[case]
+    out, src = _templated(f, *args)
+    with tp.no_grad():
+        ref = f(*args)
+    tp.testing.assert_close(out, ref, rtol=tol, atol=tol)
+    assert "GEMM + fused epilogue" in src and "extern kernel: linear" not in src and "extern kernel: matmul" not in src
+    assert "tl.dot(" in src and src.count("@triton.jit") == len(kernel_names(src))
+
+
+def test_triton_matmul_template_choice_and_legality():
+    lin = tp.nn.Linear(64, 48)
+    x = rnd(37, 64)
+    f = lambda x: F.gelu(lin(x))  # noqa: E731
+    for mode in ("rule", "never"):          # small problems: the rule keeps cuBLAS (ATen) and a kernel
+        out, src = _templated(f, x, mode=mode)
+        assert "extern kernel: linear" in src and "GEMM + fused epilogue" not in src
+    both = lambda x: (lambda h: (F.gelu(h), h.sum(-1)))(lin(x))  # noqa: E731  (two readers of the product)
+    out, src = _templated(both, x)
+    assert "extern kernel: linear" in src and "GEMM + fused epilogue" not in src
+    with tp.no_grad():
+        for o, r in zip(out, both(x)):
+            tp.testing.assert_close(o, r, rtol=1e-5, atol=1e-5)
+    returned = lambda x: (lin(x), F.gelu(lin(x)))  # noqa: E731  (the product is an output)
+    out, src = _templated(returned, x)
+    assert "extern kernel: linear" in src

@@ -143,3 +143,19 @@ def test_gpu_random_ops_match_the_cpu_kernels_bits():
     cf(d)
     kept = float((cf(d)._data != 0).float().mean())
     assert abs(kept - 0.75) < 0.05
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32])
+def test_gpu_matmul_template_with_fused_epilogue(dtype):
+    from tensorplay.compiler import config
+    M = N = K = 1024
+    a, b, bias = _rnd(M, K, dtype=dtype), _rnd(K, N, dtype=dtype, seed=1), _rnd(N, dtype=dtype, seed=2)
+    f = lambda a, b, bias: F.gelu(a @ b + bias) * 2  # noqa: E731
+    with config.patch({"stax.triton.templates": "always"}):
+        cf = tp.compile(f, strict_native=True)
+        cf(a, b, bias)
+        out = cf(a, b, bias)
+    assert "GEMM + fused epilogue" in cf._cache[0].artifact.source
+    ref = f(*(tp.from_torch(t._data.double()) for t in (a, b, bias)))
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-3
+    torch.testing.assert_close(out._data.double(), ref._data, rtol=tol, atol=tol * float(ref._data.abs().max()))

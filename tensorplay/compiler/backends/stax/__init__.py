@@ -84,6 +84,7 @@ def compile_graph(gm, example_inputs, cpp_wrapper=False, options=None):
     from .device import backend_for
     backend = backend_for(example_inputs)
     with _scheduled(gm, example_inputs) as (graph, sched):
+        backend.prepare_schedule(graph, sched)
         kernels, plans = {}, {}
         for g, plan in _plans(sched):
             name = f"kernel{len(kernels)}"

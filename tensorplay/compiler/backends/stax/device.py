@@ -56,6 +56,11 @@ class DeviceBackend:
         """The device's decisions added to a device-neutral KernelPlan (default: none)."""
         return kernel_plan
 
+    def prepare_schedule(self, graph, sched) -> None:
+        """Called once per graph after scheduling, before any kernel is planned: the backend may
+        rewrite the schedule's groups (the GPU fuses a matmul with its epilogue into a template,
+        triton/template_fusion.py).  Default: nothing."""
+
     def render(self, kernel_plan, name: str) -> tuple[str, dict]:
         """(source, params): the kernel ``name`` printed from a plan."""
         raise NotImplementedError

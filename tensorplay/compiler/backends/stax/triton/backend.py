@@ -59,8 +59,19 @@ class TritonBackend(DeviceBackend):
             kernel_plan.device = plan_triton(kernel_plan)
         return kernel_plan
 
+    def prepare_schedule(self, graph, sched):
+        """Matmul templates (template_fusion.py): an extern product and the pointwise group reading
+        it become one GEMM kernel with that group as its epilogue (knob ``stax.triton.templates``)."""
+        from .... import config
+        from . import template_fusion
+        self._local.fusions = template_fusion.fuse(graph, sched, config.get("stax.triton.templates"))
+
     def render(self, kernel_plan, name):
         from . import kernel       # looked up at each call (tools patch kernel.generate_kernel)
+        fusion = getattr(self._local, "fusions", {}).get(frozenset(kernel_plan.nodes))
+        if fusion is not None:
+            from .template_fusion import render
+            return render(kernel_plan, name, fusion, self._host_scalars(), self.interpret)
         return kernel.generate_kernel(self.plan(kernel_plan), name, self._host_scalars())
 
     def _host_scalars(self):
@@ -84,6 +95,8 @@ class TritonBackend(DeviceBackend):
         if not head.startswith(LAUNCH_TAG):
             raise ValueError(f"Triton kernel {name}: its source does not start with {LAUNCH_TAG!r}")
         launch = json.loads(head[len(LAUNCH_TAG):])
+        if launch["kind"] == "template":
+            return self._template_definition(name, source, params, launch)
         cfg = launch["config"]
         args = list(params)
         lines = [f"_{name} = load_kernel(r'''{source}''', '{name}'{', interpret=True' if self.interpret else ''})",
@@ -120,6 +133,20 @@ class TritonBackend(DeviceBackend):
         else:
             lines += [f"    if {xtext} * {ytext} > 0:", f"        {call}"]
         return lines
+
+    def _template_definition(self, name, source, params, launch):
+        """A fused GEMM (template_fusion.py): a fixed grid, the operands and the epilogue's buffers,
+        then the sizes and strides as integers."""
+        cfg, ints = launch["config"], ", ".join(map(str, launch["ints"]))
+        args = ", ".join(launch["args"])
+        lines = [f"_{name} = load_kernel(r'''{source}''', '{name}'{', interpret=True' if self.interpret else ''})"]
+        if self.interpret:
+            call = f"_{name}[({launch['grid']},)]({args}, {ints}, {', '.join(f'{k}={v!r}' for k, v in cfg.items())})"
+        else:
+            lines.append(f"_{name}_launch = Launcher(_{name}, {cfg!r}, grid={launch['grid']}, "
+                         f"constexprs={tuple(launch['constexprs'])!r})")
+            call = f"_{name}_launch(None, {args}, {ints})"
+        return lines + [f"def {name}({', '.join(params)}):   # GEMM + fused epilogue", f"    {call}"]
 
     def kernel_call(self, name, params):
         return f"{name}({', '.join(p + '.item()' if kind == 'host scalar' else p for p, (kind, _) in params.items())})"

@@ -337,33 +337,41 @@ _sources: dict = {}
 
 def matmul_template(config: dict, *, epilogue=(), prologue: Prologue | None = None, a_dtype=torch.float32,
                     b_dtype=torch.float32, tf32: bool = False, even_k: bool = False, batched: bool = False,
-                    wide: bool = False, interpret: bool = False) -> tuple:
+                    wide: bool = False, interpret: bool = False, tail=None) -> tuple:
     """``(source, kernel name, constexprs)`` of the GEMM template (module doc) for ``epilogue`` (a
     list of :class:`Epilogue`), ``prologue``, the operand dtypes, TF32 on or off, batched, 64-bit
     offsets (``wide``) and Triton's interpreter; ``constexprs``: the values of the trailing constexpr
     parameters for ``config`` in signature order (``BLOCK_M``, ``BLOCK_N``, ``BLOCK_K``, ``GROUP_M``,
     ``EVEN_K``: ``even_k`` says BLOCK_K divides K).  The source does not depend on ``config``: Triton
-    compiles it once per block sizes."""
+    compiles it once per block sizes.  ``tail``: ``(parameters, lines)`` that replace the store of C
+    (a fused pointwise group printed over ``acc``, ``rm``, ``rn``: template_fusion.py); the kernel
+    then has no C parameters and takes ``parameters`` after the epilogue operands."""
     check_config(config)
     steps = _as_steps(epilogue)
     for dt in (a_dtype, b_dtype):
         if dt not in _FLOATS:
             raise ValueError(f"matmul template: operands float16, bfloat16 or float32, got {dt}")
-    key = (steps, prologue, a_dtype, b_dtype, bool(tf32), batched, wide, interpret)
-    hit = _sources.get(key)
-    if hit is None:
-        hit = _sources[key] = _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret)
+    if tail is not None:
+        hit = _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret, tail)
+    else:
+        key = (steps, prologue, a_dtype, b_dtype, bool(tf32), batched, wide, interpret)
+        hit = _sources.get(key)
+        if hit is None:
+            hit = _sources[key] = _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret)
     source, name = hit
     constexprs = {k: config[k] for k in _CONSTEXPRS[:4]}
     constexprs["EVEN_K"] = bool(even_k)
     return source, name, constexprs
 
 
-def _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret) -> tuple:
+def _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret, tail=None) -> tuple:
     ops = epilogue_operands(steps)
     optrs, ostrides = _operand_params(ops, batched)
-    sig = (["a_ptr", "b_ptr", "c_ptr"] + optrs + ["M", "N", "K: tl.constexpr" if interpret else "K",
-           "stride_am", "stride_ak", "stride_bk", "stride_bn", "stride_cm", "stride_cn"]
+    c_params = ["c_ptr"] if tail is None else []
+    sig = (["a_ptr", "b_ptr"] + c_params + optrs + (list(tail[0]) if tail is not None else [])
+           + ["M", "N", "K: tl.constexpr" if interpret else "K",
+              "stride_am", "stride_ak", "stride_bk", "stride_bn"]
+           + (["stride_cm", "stride_cn"] if tail is None else [])
            + (["stride_az", "stride_bz", "stride_cz"] if batched else []) + ostrides
            + [f"{c}: tl.constexpr" for c in _CONSTEXPRS])
     a_in = prologue.dtype if prologue is not None and prologue.dtype is not None else a_dtype
@@ -416,7 +424,8 @@ def _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interp
              "a_ptrs += BLOCK_K * stride_ak",
              "b_ptrs += BLOCK_K * stride_bk"]
     body += ["    " + ln for ln in loop]
-    body += _epilogue_body(steps, batched)
+    ep = _epilogue_body(steps, batched)
+    body += ep if tail is None else ep[:-2] + list(tail[1])     # (tail: the fused group stores)
     name = _kernel_name("stax_mm", steps, prologue)
     return _module(name, sig, body), name
 

@@ -140,21 +140,26 @@ class Launcher:
     and the sizes: a new process launches the tuned config without measuring).  Tuning runs the
     kernel on the call's own arguments (its outputs are written again; its inputs are only read)."""
 
-    __slots__ = ("kernel", "config", "tune", "persistent", "compiled", "_stream", "_device", "tuned", "_knobs")
+    __slots__ = ("kernel", "config", "tune", "persistent", "compiled", "_stream", "_device", "tuned", "_knobs",
+                 "grid", "constexprs")
 
-    def __init__(self, kernel, config: dict, tune: str | None = None, persistent: bool = False):
+    def __init__(self, kernel, config: dict, tune: str | None = None, persistent: bool = False, grid=None,
+                 constexprs=("XBLOCK", "RBLOCK", "YBLOCK")):
         self.kernel, self.config, self.tune, self.persistent = kernel, dict(config), tune, persistent
+        #: a fixed grid (a template: its tiles), else computed from the numel and the blocks
+        self.grid, self.constexprs = grid, tuple(constexprs)
         self.compiled = {}
         self._stream = self._device = None
         self.tuned = None            # the autotune.Tuned result, once tuned
 
     def _blocks(self, config):
-        return tuple(config[k] for k in ("XBLOCK", "RBLOCK", "YBLOCK") if k in config)
+        return tuple(config[k] for k in self.constexprs if k in config)
 
-    @staticmethod
-    def _grid(numel, cfg):
+    def _grid(self, numel, cfg):
         """Programs of a launch: ``numel`` is the element (row) count, or (rows, columns) of a tiled
-        kernel."""
+        kernel; a template's grid is fixed."""
+        if self.grid is not None:
+            return self.grid
         if isinstance(numel, tuple):
             return cdiv(numel[0], cfg["YBLOCK"]) * cdiv(numel[1], cfg["XBLOCK"])
         return cdiv(numel, cfg["XBLOCK"])

@@ -301,3 +301,34 @@ def test_triton_matmul_template_choice_and_legality():
     returned = lambda x: (lin(x), F.gelu(lin(x)))  # noqa: E731  (the product is an output)
     out, src = _templated(returned, x)
     assert "extern kernel: linear" in src
+
+
+def test_gpu_wrapper_precompiles_its_static_kernels(config_patch):
+    """A GPU wrapper queues each kernel whose arguments are all buffers for runtime.precompile (a
+    thread pool compiling them at import); ``stax.compile_threads=1`` or a single kernel: none."""
+    from tensorplay.compiler.backends.stax.triton.backend import TritonBackend
+    from tensorplay.compiler.backends.stax.triton.runtime import precompile
+    cf = tp.compile(lambda x: (F.softmax(x, -1), x.sum(0)), strict_native=True)
+    cf(rnd(8, 100))
+    src = _source(cf).split("r'''", 1)[1].split("'''", 1)[0]
+    gpu = TritonBackend()
+    gpu.generate_wrapper(None, None, {}, options={})
+    lines = gpu.kernel_definition("kernel0", src, {"arg0": ("tl.float32", False), "buf0": ("tl.float32", True)})
+    assert any(ln.startswith("_precompile.append((_kernel0, (torch.float32, torch.float32), {") for ln in lines)
+    assert gpu.wait() == ["precompile(_precompile)"] and "_precompile = []" in "\n".join(gpu.wrapper_imports())
+    sym = gpu.kernel_definition("kernel0", src, {"arg0": ("tl.float32", False), "s0": ("size", None)})
+    assert not any("_precompile" in ln for ln in sym)
+
+    class Fake:
+        def __init__(self):
+            self.calls = []
+
+        def warmup(self, *args, grid, **cfg):
+            self.calls.append((args, grid, cfg))
+    jobs = [(Fake(), (torch.float32, torch.int64), {"XBLOCK": 64, "num_warps": 4}) for _ in range(3)]
+    config_patch("stax.compile_threads", 2)
+    assert precompile(jobs) == 3
+    assert all(k.calls == [((torch.float32, torch.int64), (1,), {"XBLOCK": 64, "num_warps": 4})] for k, _, _ in jobs)
+    assert precompile(jobs[:1]) == 0
+    config_patch("stax.compile_threads", 1)
+    assert precompile(jobs) == 0

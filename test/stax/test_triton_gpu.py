@@ -159,3 +159,15 @@ def test_gpu_matmul_template_with_fused_epilogue(dtype):
     ref = f(*(tp.from_torch(t._data.double()) for t in (a, b, bias)))
     tol = 2e-2 if dtype == torch.bfloat16 else 1e-3
     torch.testing.assert_close(out._data.double(), ref._data, rtol=tol, atol=tol * float(ref._data.abs().max()))
+
+
+def test_gpu_kernels_are_compiled_in_parallel_at_import():
+    from tensorplay.compiler.backends.stax import codecache
+    x = _rnd(96, 333)
+    f = lambda x: (F.softmax(x, -1), x.sum(0) * 3, (x.t().exp() + 1).amax(-1))  # noqa: E731  (three kernels)
+    before = codecache.stats.get("triton_precompiles", 0)
+    cf = tp.compile(f, strict_native=True)
+    cf(x)
+    for g, r in zip(cf(x), f(x)):
+        tp.testing.assert_close(g, r, rtol=1e-5, atol=1e-4)
+    assert codecache.stats.get("triton_precompiles", 0) - before >= 2

@@ -84,7 +84,27 @@ class TritonBackend(DeviceBackend):
                          and torch.device(b.layout.device).type == "cpu" and b.layout.size == ())
 
     def wrapper_imports(self):
-        return ["from tensorplay.compiler.backends.stax.triton.runtime import load_kernel, cdiv, checked_launch, Launcher"]
+        lines = ["from tensorplay.compiler.backends.stax.triton.runtime import load_kernel, cdiv, checked_launch, Launcher"]
+        if not self.interpret:
+            lines += ["from tensorplay.compiler.backends.stax.triton.runtime import precompile",
+                      "_precompile = []   # kernels compiled in parallel when this module is imported (wait())"]
+        return lines
+
+    def wait(self):
+        return [] if self.interpret else ["precompile(_precompile)"]
+
+    @staticmethod
+    def _precompile_job(name, params, ints, cfg):
+        """The wrapper line queueing kernel ``name`` for :func:`runtime.precompile`, when every
+        argument is a buffer (its dtype) or a known int; None otherwise (a size argument's value
+        decides Triton's specialisation: compiled at the launch)."""
+        from .ops import TL_DTYPE
+        torch_of = {v: k for k, v in TL_DTYPE.items()}
+        dts = [torch_of.get(v[0]) if isinstance(v, tuple) else None for v in params.values()]
+        if any(d is None for d in dts):
+            return None
+        args = ", ".join([str(d) for d in dts] + [str(i) for i in ints])
+        return f"_precompile.append((_{name}, ({args}{',' if len(dts) + len(ints) == 1 else ''}), {cfg!r}))"
 
     def kernel_definition(self, name, source, params):
         import sympy     # (here: a warm process loads wrappers without sympy)
@@ -126,6 +146,9 @@ class TritonBackend(DeviceBackend):
             tune = getattr(self._local, "tune", None)
             extra = (f", tune={tune!r}" + (", persistent=True" if launch.get("persistent") else "")) if tune else ""
             lines.insert(1, f"_{name}_launch = Launcher(_{name}, {cfg!r}{extra})")
+            job = None if grid_args else self._precompile_job(name, params, [], cfg)
+            if job is not None and not tune:
+                lines.insert(2, job)
             numel = f"({ytext}, {xtext})" if "YBLOCK" in cfg else xtext
             call = f"_{name}_launch({numel}, {', '.join(args + grid_args)})"
         if xn.is_Integer and yn.is_Integer:
@@ -145,6 +168,11 @@ class TritonBackend(DeviceBackend):
         else:
             lines.append(f"_{name}_launch = Launcher(_{name}, {cfg!r}, grid={launch['grid']}, "
                          f"constexprs={tuple(launch['constexprs'])!r})")
+            job = self._precompile_job(name, {a: params[a] for a in launch["args"]} if
+                                       len(set(launch["args"])) == len(launch["args"]) else {"?": (None, 0)},
+                                       launch["ints"], cfg)
+            if job is not None:
+                lines.append(job)
             call = f"_{name}_launch(None, {args}, {ints})"
         return lines + [f"def {name}({', '.join(params)}):   # GEMM + fused epilogue", f"    {call}"]
 

@@ -26,7 +26,7 @@ import sys
 
 from .. import codecache
 
-__all__ = ["load_kernel", "InterpreterRequired", "cdiv", "checked_launch", "Launcher", "tuning_space", "GPU_LIBDEVICE", "INTERPRETER_LIBDEVICE", "triton_version"]
+__all__ = ["load_kernel", "InterpreterRequired", "cdiv", "checked_launch", "Launcher", "tuning_space", "precompile", "GPU_LIBDEVICE", "INTERPRETER_LIBDEVICE", "triton_version"]
 
 #: the import line of every generated kernel module ...
 GPU_LIBDEVICE = "from triton.language.extra import libdevice"
@@ -231,3 +231,34 @@ def tuning_space(config: dict, xnumel: int, persistent: bool):
         elems = c["XBLOCK"] * c.get("RBLOCK", 1) * c.get("YBLOCK", 1)
         return elems <= TUNE_MAX_BLOCK and c["num_warps"] * 32 <= max(elems, 32)
     return space, valid
+
+
+def precompile(jobs) -> int:
+    """Compile a wrapper's kernels in parallel before their first launch (§11.1; run when the
+    wrapper module is imported, i.e. at the compiled function's first call): ``jobs`` is
+    [(JITFunction, argument dtypes and ints, launch configuration)], each compiled by
+    ``kernel.warmup`` with stand-in tensors of those dtypes (Triton's MockTensor: 16-byte aligned,
+    like every buffer of torch's caching allocator) under Triton's AsyncCompileMode on a thread pool
+    of ``stax.compile_threads`` threads (default: one per core) -- Triton's passes and ptxas run
+    outside the GIL.  A launch then finds its kernel compiled (a launch with other specialisations,
+    an unaligned input, compiles its own).  A failing compile is left to the launch, which reports
+    it.  Returns the number of kernels submitted (0 for fewer than two: nothing to overlap)."""
+    if len(jobs) < 2:
+        return 0
+    import concurrent.futures
+
+    from triton.runtime._async_compile import AsyncCompileMode
+
+    from .... import config
+    n = config.get("stax.compile_threads")
+    n = min(len(jobs), n if n else (os.cpu_count() or 1))
+    if n <= 1:
+        return 0
+    with concurrent.futures.ThreadPoolExecutor(n) as pool, AsyncCompileMode(pool, ignore_errors=True):
+        for kernel, args, cfg in jobs:
+            try:
+                kernel.warmup(*args, grid=(1,), **cfg)
+            except Exception:  # noqa: BLE001 -- the launch compiles it again and reports the error
+                pass
+    codecache.stats["triton_precompiles"] = codecache.stats.get("triton_precompiles", 0) + len(jobs)
+    return len(jobs)

@@ -332,3 +332,23 @@ def test_gpu_wrapper_precompiles_its_static_kernels(config_patch):
     assert precompile(jobs[:1]) == 0
     config_patch("stax.compile_threads", 1)
     assert precompile(jobs) == 0
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16])
+def test_triton_long_softmax_takes_the_online_monoid(dtype):
+    """Rows past the persistent threshold: max and sum in one pass as the (m, d) monoid (Prop. 9.1),
+    then the output pass -- two passes instead of three; ±inf, all -inf rows and NaN as eager."""
+    x = torch.randn(4, 9000).to(dtype)
+    x[0, 17] = float("inf")
+    x[1, :] = float("-inf")
+    x[2, 5] = float("nan")
+    xt = tp.from_torch(x)
+    cf = tp.compile(lambda x: F.softmax(x, -1), strict_native=True)
+    cf(xt)
+    out = cf(xt)._data.float()
+    ref = torch.softmax(x.float(), -1)
+    assert torch.equal(out.isnan(), ref.isnan())
+    torch.testing.assert_close(out.nan_to_num(), ref.nan_to_num(), rtol=1e-2 if dtype == torch.float16 else 1e-5,
+                               atol=1e-6)
+    src = _source(cf)
+    assert "_online_softmax_combine" in src and src.split("@triton.jit\ndef kernel")[1].count("tl.range(") == 2

@@ -96,6 +96,12 @@ class DeviceBackend:
         graphs (default: the option has no effect)."""
         return None
 
+    def online_softmax(self, row) -> bool:
+        """Should a softmax over rows of ``row`` elements take its max and its sum in one pass, as
+        the (m, d) monoid (an ``online_softmax`` reduction, ir.Reduction)?  Only a backend that
+        implements that reduction says yes.  Default: no."""
+        return False
+
     def generate_wrapper(self, graph, sched, kernels, **options):
         """(source, materialized) of a device-specific wrapper for ``options`` (e.g. the CPU's
         ``cpp_wrapper=True``), or None for the common Python wrapper (codegen/wrapper.py)."""

@@ -116,10 +116,15 @@ class Pointwise(Loops):
 
 
 class Reduction(Loops):
-    TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "welford")
+    TYPES = ("sum", "prod", "max", "min", "any", "all", "argmax", "argmin", "welford", "online_softmax")
     #: results of the reductions with several (the first is the default ``output``); ``index`` is
-    #: the flat position in the reduced elements (row-major over ``reduction_ranges``), int64
-    OUTPUTS = {"argmax": ("index", "value"), "argmin": ("index", "value"), "welford": ("mean", "m2", "count")}
+    #: the flat position in the reduced elements (row-major over ``reduction_ranges``), int64.
+    #: ``online_softmax`` (Prop. 9.1): the (m, d) monoid of a row -- m its max, d the sum of
+    #: exp(x - m), two states combined by rescaling d to the larger m -- one pass instead of a max
+    #: pass and a sum pass; made only for a device backend that implements it
+    #: (``DeviceBackend.online_softmax``)
+    OUTPUTS = {"argmax": ("index", "value"), "argmin": ("index", "value"), "welford": ("mean", "m2", "count"),
+               "online_softmax": ("max", "sum")}
 
     def __init__(self, dtype, device, ranges, reduction_ranges, reduction_type, inner_fn, src_dtype, output=None):
         super().__init__(dtype, device, ranges)

@@ -28,7 +28,7 @@ from ..ops_handler import ops
 from ..sizevars import evaluate_static_shape, size_hint
 from .extern_rules import _extern
 from .pointwise_rules import _conv, _realize, broadcast_loader, broadcast_size, size_constant
-from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_reduction, reduction
+from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_multi_reduction, make_reduction, reduction
 from .registry import V, _node, _out_val, register_lowering
 from .view_rules import _and, _box, _checked, _icmp, _ix
 
@@ -55,15 +55,18 @@ def _softmax(x, dim, dtype=None):
         raise Unsupported("softmax of integers")
     if math.prod(x.get_size()) == 0:   # empty input: empty output, nothing to reduce
         return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, out.dtype)))
+    nd = max(len(x.get_size()), 1)      # a 0-d input behaves as one element along dim -1
+    row = x.get_size()[dim % nd] if x.get_size() else 1
+    backend = device_backend(torch.device(x.device).type)
+    if dim % nd == nd - 1 and backend.online_softmax(row):
+        return _online_softmax(x, dim, out.dtype)
     src, shifted = _softmax_parts(x, dim, out.dtype)
     # e is read twice (the sum and the division): over the trailing dim, realized, it becomes a
     # per-row scratch value of the one fused kernel, so exp runs once per element (as in the five-op
     # softmax); over another dim it would be a separate pass through memory, and a row too long for
     # the device's scratch (device.DeviceBackend.fits_row_scratch) would be refused -- recompute it instead
     e = TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
-    nd = max(len(x.get_size()), 1)      # a 0-d input behaves as one element along dim -1
-    row = x.get_size()[dim % nd] if x.get_size() else 1
-    if dim % nd == nd - 1 and device_backend(torch.device(x.device).type).fits_row_scratch(row):
+    if dim % nd == nd - 1 and backend.fits_row_scratch(row):
         _realize(e)
     s = make_reduction(e, dim, True, "sum", out.dtype)
     # one reciprocal per row, then a multiply per element — what eager's softmax kernel does
@@ -73,6 +76,22 @@ def _softmax(x, dim, dtype=None):
     rl = broadcast_loader(r, x.get_size())
     el = e.make_loader()
     return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.mul(el(i), rl(i))))
+
+
+def _online_softmax(x, dim, dtype):
+    """softmax from the (m, d) monoid (Prop. 9.1): one pass over the row for its max m and
+    d = sum(exp(x - m)), one for exp(x - m) / d -- for a backend whose long rows are passes through
+    memory (DeviceBackend.online_softmax)."""
+    xl0 = x.make_loader()
+    src = x if dtype == x.dtype else TensorBox(Pointwise(dtype, x.device, x.get_size(),
+                                                         lambda i: ops.to_dtype(xl0(i), dtype)))
+    stats = make_multi_reduction(src, dim, True, "online_softmax", {"max": dtype, "sum": dtype}, acc_dtype=dtype)
+    ml = broadcast_loader(stats["max"], x.get_size())
+    r = _realize(TensorBox(Pointwise(dtype, x.device, stats["sum"].get_size(),
+                                     lambda i, d=stats["sum"].make_loader(): ops.reciprocal(d(i)))))
+    rl, xl = broadcast_loader(r, x.get_size()), src.make_loader()
+    return TensorBox(Pointwise(dtype, x.device, x.get_size(),
+                               lambda i: ops.mul(ops.exp(ops.sub(xl(i), ml(i))), rl(i))))
 
 
 @register_lowering("log_softmax")

@@ -192,5 +192,13 @@ class TritonBackend(DeviceBackend):
                                fixed=module.__dict__.get("constants", ()))
         return OutputLifetimes(graphed, wrap)
 
+    def online_softmax(self, row):
+        """Rows too long for a persistent kernel (plan.PERSISTENT_MAX_ROW) are passes through memory:
+        the (m, d) monoid saves one of the three (kernel.py's ``online_softmax``)."""
+        from ..sizevars import is_static, size_upper_bound
+        from .plan import PERSISTENT_MAX_ROW
+        top = int(row) if is_static(row) else size_upper_bound(row)
+        return top is None or top > PERSISTENT_MAX_ROW
+
     def fits_row_scratch(self, elements):
         return True     # a persistent row lives in registers; a looped one recomputes (kernel.py)

@@ -102,6 +102,15 @@ def _pow_int(a, b):
     neg = tl.where(a == 1, 1, tl.where(a == -1, tl.where((b & 1) != 0, -1, 1), 0)).to(a.dtype)
     return tl.where(b < 0, neg, r)
 ''',
+    "_online_softmax_combine": '''@triton.jit
+def _online_softmax_combine(m_a, d_a, m_b, d_b):
+    # Prop. 9.1: (m, d) of two parts of a row -- d rescaled to the larger max (an equal max: no
+    # exp, so that a part of -inf only, d = 0, adds 0 rather than 0 * exp(-inf - -inf) = NaN)
+    m = tl.maximum(m_a, m_b, propagate_nan=tl.PropagateNan.ALL)
+    s_a = tl.where(m_a == m, 1.0, tl.exp(m_a - m))
+    s_b = tl.where(m_b == m, 1.0, tl.exp(m_b - m))
+    return m, d_a * s_a + d_b * s_b
+''',
     "_welford_combine": '''@triton.jit
 def _welford_combine(mean_a, m2_a, n_a, mean_b, m2_b, n_b):
     # Chan et al.: the (mean, m2, weight) of two disjoint sets
@@ -397,6 +406,15 @@ class TritonKernel:
                     f"i_{n.name} = tl.broadcast_to(tl.where(xmask & rmask, {idx}, {2**62}), {full})",
                     f"v_{n.name}_value, v_{n.name}_index = tl.reduce((a_{n.name}, i_{n.name}), 1, "
                     f"_{kind}_combine, keep_dims=True)"]
+        if kind == "online_softmax":     # the row in registers: its max, then the sum of exp(x - max)
+            t = tl_type(acc)
+            x = f"{v}.to({t})"
+            self.helpers.add("_max_combine")
+            return [f"v_{n.name}_max = tl.reduce(tl.broadcast_to({self._masked(x, _identity('max', acc), acc)}, {full}), 1, "
+                    f"_max_combine, keep_dims=True)",
+                    f"e_{n.name} = tl.where(xmask & rmask & (v_{n.name}_max != float('-inf')), "
+                    f"tl.exp({x} - v_{n.name}_max), 0.0)",
+                    f"v_{n.name}_sum = tl.sum(tl.broadcast_to(e_{n.name}, {full}), 1, keep_dims=True)"]
         if kind == "welford":
             t = tl_type(acc)
             # the count of a row: its length when static (no reduction), else the lanes in range
@@ -436,6 +454,9 @@ class TritonKernel:
             t = tl_type(acc)
             return [f"m_{r.name} = tl.zeros({full}, {t})", f"q_{r.name} = tl.zeros({full}, {t})",
                     f"c_{r.name} = tl.zeros({full}, {t})"]
+        if kind == "online_softmax":
+            t = tl_type(acc)
+            return [f"m_{r.name} = tl.full({full}, float('-inf'), {t})", f"d_{r.name} = tl.zeros({full}, {t})"]
         return [f"a_{r.name} = tl.full({full}, {_identity(kind, acc)}, {tl_type(acc)})"]
 
     def _acc_update(self, n, v, h):
@@ -456,6 +477,13 @@ class TritonKernel:
                     f"q_{n.name} = tl.where({m}, q_{n.name} + d_{n.name} * ({x} - m_{n.name}_n), q_{n.name})",
                     f"m_{n.name} = tl.where({m}, m_{n.name}_n, m_{n.name})",
                     f"c_{n.name} = tl.where({m}, c_{n.name}_n, c_{n.name})"]
+        if kind == "online_softmax":     # per lane: the running max and the rescaled sum
+            x, nm = f"{v}.to({t})", f"m_{n.name}_n"
+            return [f"{nm} = tl.maximum(m_{n.name}, {x}, propagate_nan=tl.PropagateNan.ALL)",
+                    f"d_{n.name}_n = d_{n.name} * tl.where(m_{n.name} == {nm}, 1.0, tl.exp(m_{n.name} - {nm})) + "
+                    f"tl.where({nm} == float('-inf'), 0.0, tl.exp({x} - {nm}))",
+                    f"d_{n.name} = tl.where({m}, d_{n.name}_n, d_{n.name})",
+                    f"m_{n.name} = tl.where({m}, {nm}, m_{n.name})"]
         x = f"{v}.to({t})"
         comb = {"sum": f"{a} + {x}", "prod": f"{a} * {x}", "any": f"{a} | {x}", "all": f"{a} & {x}"}.get(kind)
         if comb is None:
@@ -468,6 +496,9 @@ class TritonKernel:
         n = r.name
         if kind in ("argmax", "argmin"):
             return [f"v_{n}_value, v_{n}_index = tl.reduce((a_{n}, i_{n}), 1, _{kind}_combine, keep_dims=True)"]
+        if kind == "online_softmax":
+            self.helpers.add("_online_softmax_combine")
+            return [f"v_{n}_max, v_{n}_sum = tl.reduce((m_{n}, d_{n}), 1, _online_softmax_combine, keep_dims=True)"]
         if kind == "welford":
             self.helpers.add("_welford_combine")
             return [f"v_{n}_mean, v_{n}_m2, v_{n}_count = tl.reduce((m_{n}, q_{n}, c_{n}), 1, _welford_combine, "

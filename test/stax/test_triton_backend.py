@@ -352,3 +352,27 @@ def test_triton_long_softmax_takes_the_online_monoid(dtype):
                                atol=1e-6)
     src = _source(cf)
     assert "_online_softmax_combine" in src and src.split("@triton.jit\ndef kernel")[1].count("tl.range(") == 2
+
+
+@pytest.mark.parametrize("case", ["full sum", "few long rows", "few columns", "any all int", "mean var no split"])
+def test_triton_split_reductions(case):
+    """Few long rows: the rows are cut into chunks, a first kernel writes partial results, a second
+    combines them (plan.py's split); argmax/welford and symbolic sizes are not split."""
+    f, x, split = {
+        "full sum": (lambda x: x.sum() * 2, rnd(3, 30000), True),
+        "few long rows": (lambda x: (x.amax(-1), x.amin(-1), (x * x).sum(-1)), rnd(2, 50000), True),
+        "few columns": (lambda x: x.sum(0), rnd(40000, 3), True),
+        "any all int": (lambda x: ((x > 3.5).any(-1), (x > -9).all(-1), (x * 10).to(tp.int64).sum(-1)),
+                        rnd(2, 40000), True),
+        "mean var no split": (lambda x: x.var(-1), rnd(2, 40000), False),
+    }[case]
+    out, cf = run_native(f, x, n_red=x.numel(), scale=float(x.abs().sum()) * 4)
+    assert ("a split reduction" in _source(cf)) == split
+
+
+def test_triton_split_reduction_with_row_values_reading_memory():
+    b = rnd(2, seed=4)
+    f = lambda x, b: (x.sum(-1) * b + 1, x.amax(-1))  # noqa: E731  (a row value loading b, in the combine)
+    x = rnd(2, 40000)
+    out, cf = run_native(f, x, b, n_red=x.numel(), scale=(float(x.abs().sum()) * 4, None))
+    assert "a split reduction" in _source(cf)

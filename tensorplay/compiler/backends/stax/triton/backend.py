@@ -117,6 +117,8 @@ class TritonBackend(DeviceBackend):
         launch = json.loads(head[len(LAUNCH_TAG):])
         if launch["kind"] == "template":
             return self._template_definition(name, source, params, launch)
+        if launch.get("split"):
+            return self._split_definition(name, source, params, launch)
         cfg = launch["config"]
         args = list(params)
         lines = [f"_{name} = load_kernel(r'''{source}''', '{name}'{', interpret=True' if self.interpret else ''})",
@@ -155,6 +157,33 @@ class TritonBackend(DeviceBackend):
             lines.append(f"    {call}" if int(xn) * int(yn) > 0 else "    pass   # no elements")
         else:
             lines += [f"    if {xtext} * {ytext} > 0:", f"        {call}"]
+        return lines
+
+    def _split_definition(self, name, source, params, launch):
+        """A split reduction (plan.py): its workspaces allocated on the device of its first buffer,
+        the partial kernel over (row blocks x chunks), then ``<name>_final`` over the rows."""
+        cfg, sp = launch["config"], launch["split"]
+        xn = int(launch["xnumel"])
+        fcfg = sp["final_config"]
+        g1 = -(-xn // cfg["XBLOCK"]) * sp["split"]
+        g2 = -(-xn // fcfg["XBLOCK"])
+        first = next(p for p, (kind, _) in params.items() if kind not in ("size", "host scalar"))
+        ws = [f"ws{k}" for k in range(len(sp["workspaces"]))]
+        args = ", ".join(list(params) + ws)
+        interp = ", interpret=True" if self.interpret else ""
+        lines = [f"_{name} = load_kernel(r'''{source}''', '{name}'{interp})",
+                 f"_{name}_final = load_kernel(r'''{source}''', '{name}_final'{interp})"]
+        if not self.interpret:
+            lines += [f"_{name}_launch = Launcher(_{name}, {cfg!r}, grid={g1})",
+                      f"_{name}_final_launch = Launcher(_{name}_final, {fcfg!r}, grid={g2})"]
+        lines.append(f"def {name}({', '.join(params)}):   # a split reduction: partial results, then their combine")
+        for w, (dt, n) in zip(ws, sp["workspaces"]):
+            lines.append(f"    {w} = torch.empty({n}, dtype={dt}, device={first}.device)")
+        if self.interpret:
+            lines += [f"    _{name}[({g1},)]({args}, {', '.join(f'{k}={v!r}' for k, v in cfg.items())})",
+                      f"    _{name}_final[({g2},)]({args}, {', '.join(f'{k}={v!r}' for k, v in fcfg.items())})"]
+        else:
+            lines += [f"    _{name}_launch(None, {args})", f"    _{name}_final_launch(None, {args})"]
         return lines
 
     def _template_definition(self, name, source, params, launch):

@@ -152,6 +152,7 @@ class TritonKernel:
         self.phase_values = {}    # inner values of the current block: name -> _Val
         self.helpers = set()
         self.cse = {}             # expression -> value of the current scope (the kernel; a loop body)
+        self.workspaces = []      # a split reduction's partial results: (reduction node plan, acc dtype)
         self.reduction = self.gpu.kind == "reduction"
         self._subs = dict(plan.substitution)
         self.tiled = bool(self.gpu.YBLOCK)
@@ -260,7 +261,11 @@ class TritonKernel:
             for ph in plan.phases:
                 body += self._nodes([plan.nodes[n].ir for n in ph.nodes], row=False)
         else:
-            body += [f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]", f"xmask = xindex < {self.xnumel}"]
+            if g.split:     # a split reduction (plan.py): program = (row block, chunk of the rows)
+                body += [f"spid = {pid} % {g.split}", f"xindex = ({pid} // {g.split}) * XBLOCK + tl.arange(0, XBLOCK)[:, None]",
+                         f"xmask = xindex < {self.xnumel}"]
+            else:
+                body += [f"xindex = {pid} * XBLOCK + tl.arange(0, XBLOCK)[:, None]", f"xmask = xindex < {self.xnumel}"]
             if plan.outer_loops:
                 body += self._split("xindex", self._loops(plan.outer_loops))
             body.append("rbase = tl.arange(0, RBLOCK)[None, :]")
@@ -279,6 +284,7 @@ class TritonKernel:
         return lines + (self._split("rindex", self._loops(self.plan.inner_loops)) if self.plan.inner_loops else [])
 
     def _finish(self, body):
+        final_body = self._split_final_body() if self.gpu.split else None   # (its loads are parameters too)
         params = list(self.params)
         text = "\n".join(body)
         g = self.gpu
@@ -288,6 +294,8 @@ class TritonKernel:
                       key=lambda s: (len(s.name), s.name))      # (the launcher computes the grid from them)
         for s in syms:
             self.params[s.name] = ("size", None)    # a size argument (sizevars.py)
+        if self.gpu.split:
+            params = params + [f"ws{k}" for k in range(len(self.workspaces))]
         g = self.gpu
         numels = [("xnumel", g.xnumel)] + ([("rnumel", g.rnumel)] if self.reduction else []) + \
             ([("ynumel", g.ynumel)] if self.tiled else [])
@@ -299,11 +307,45 @@ class TritonKernel:
                   "ynumel": str(g.ynumel) if self.tiled else None,
                   "config": g.config, "kind": g.kind, "persistent": g.persistent}
         head = [LAUNCH_TAG + json.dumps(launch), *GPU_IMPORTS, ""]
+        final = self._split_final(sig, final_body) if g.split else []
+        if g.split:
+            launch["split"] = {"split": g.split, "final_config": {"XBLOCK": self._final_xblock(), "num_warps": 4,
+                                                                   "num_stages": 1},
+                               "workspaces": [[str(dt), int(g.xnumel) * g.split] for _, dt in self.workspaces]}
+            head[0] = LAUNCH_TAG + json.dumps(launch)
         helpers = [HELPERS[h] for h in sorted(self.helpers)]
         # a data-dependent index is checked by tl.device_assert, which Triton compiles in debug mode only
         jit = "@triton.jit(debug=True)" if "tl.device_assert" in text else "@triton.jit"
         fn = [jit, f"def {self.name}({', '.join(sig)}):"] + ["    " + ln for ln in body]
-        return "\n".join(head + helpers + fn) + "\n"
+        return "\n".join(head + helpers + fn + final) + "\n"
+
+    def _final_xblock(self):
+        return max(1, min(64, 4096 // self.gpu.split, 1 << max(0, int(self.gpu.xnumel) - 1).bit_length()))
+
+    def _split_final(self, sig, lines):
+        """The second kernel of a split reduction, ``<name>_final`` (body: :meth:`_split_final_body`),
+        with the first kernel's parameters but RBLOCK."""
+        fsig = [p for p in sig if not p.startswith("RBLOCK")]
+        return ["", "", "@triton.jit", f"def {self.name}_final({', '.join(fsig)}):"] + ["    " + ln for ln in lines]
+
+    def _split_final_body(self):
+        """Per row, the ``split`` partial results of each reduction combined by its monoid, stored
+        where the reduction's output goes, then the phase's row values computed from them."""
+        g, lines = self.gpu, []
+        self.cse = {}       # (a new kernel: none of the first one's values)
+        lines += ["xindex = tl.program_id(0) * XBLOCK + tl.arange(0, XBLOCK)[:, None]", f"xmask = xindex < {self.xnumel}",
+                  f"sindex = tl.arange(0, {g.split})[None, :]"]
+        if self.plan.outer_loops:
+            lines += self._split("xindex", self._loops(self.plan.outer_loops))
+        for k, (r, acc) in enumerate(self.workspaces):
+            kind = r.reduction.kind
+            part = f"tl.load(ws{k} + xindex * {g.split} + sindex, xmask, other={_identity(kind, acc)})"
+            lines.append(f"v_{r.name} = {self._tree(kind, part, tl_type(acc))}")
+            self.row_values[r.name] = f"v_{r.name}"
+            if r.name not in self.locals:
+                lines.append(self._store(r.ir, _Val(f"v_{r.name}", r.ir.buf.layout.dtype), self._handler(True), True))
+        lines += self._nodes(getattr(self, "split_outer", []), True)
+        return lines
 
     def _handler(self, row):
         return TritonHandler(self, row=row)
@@ -363,8 +405,13 @@ class TritonKernel:
                 outside, self.cse = self.cse, dict(self.cse)     # values of the loop body stay in it
                 loop = self._nodes(inner, False, self._acc_update)
                 self.cse = outside
-                out.append(f"for roffset in tl.range(0, {self.rnumel}, RBLOCK):")
-                out += ["    " + ln for ln in self._rdefs("roffset + rbase") + loop]
+                if self.gpu.split:     # this program's chunk of the rows (a constant trip count)
+                    out.append(f"for roffset in tl.range(0, {self.gpu.chunk}, RBLOCK):")
+                    start = f"spid * {self.gpu.chunk} + roffset + rbase"
+                else:
+                    out.append(f"for roffset in tl.range(0, {self.rnumel}, RBLOCK):")
+                    start = "roffset + rbase"
+                out += ["    " + ln for ln in self._rdefs(start) + loop]
                 self.phase_values = {}
                 for r in leaders:
                     out += self._acc_final(r)
@@ -376,10 +423,23 @@ class TritonKernel:
                 self.row_values[r.name] = f"v_{r.name}_{r.reduction.output}"
             else:
                 self.row_values[r.name] = f"v_{r.name}"
-            if r.name not in self.locals:
+            if self.gpu.split:     # the partial result of this chunk (the combine stores the output)
+                k = len(self.workspaces)
+                self.workspaces.append((r, self._acc_types(r)))
+                if r.name not in self.locals:
+                    self.params[r.name] = (tl_type(node.buf.layout.dtype), True)
+                out.append(f"tl.store(ws{k} + xindex * {self.gpu.split} + spid, "
+                           f"{self.row_values[r.name]}.to({tl_type(self._acc_types(r))}), xmask)")
+            elif r.name not in self.locals:
                 h = self._handler(True)
                 out.append(self._store(node, _Val(self.row_values[r.name], node.buf.layout.dtype), h, True))
         outer = [plan.nodes[k].ir for k in ph.outer]
+        if self.gpu.split:       # row values of the combined results: the combining kernel's
+            self.split_outer = outer
+            for o in outer:
+                if o.name not in self.locals:
+                    self.params[o.name] = (tl_type(o.buf.layout.dtype), True)
+            return out
         out += self._nodes(outer, True)
         return out
 

@@ -19,6 +19,10 @@ its Triton kernel covers the iteration space, as the fields of a :class:`TritonP
 * ``column``: the plan's ``column_candidate`` (a reduction over a strided dim whose accesses are
   contiguous along the rows): many rows per program (:data:`COLUMN_XBLOCK`), short row blocks,
   so that a warp's loads run along the contiguous output columns;
+* ``split``: a reduction of few rows and long ones (a full sum, a column sum of few columns) would
+  keep a few SMs busy; its rows are cut into ``split`` chunks, a first kernel writes one partial
+  result per (row, chunk) to a workspace and a second combines them (:data:`SPLIT_BELOW_PROGRAMS`,
+  :data:`SPLITTABLE`);
 * ``XBLOCK``, ``RBLOCK``, ``num_warps``, ``num_stages``: the named heuristics below, at the size
   hints (Little's law, §9.6: enough independent loads in flight per SM -- a block of
   :data:`POINTWISE_XBLOCK` elements over :data:`POINTWISE_WARPS` warps keeps 8 per thread);
@@ -79,6 +83,10 @@ class TritonPlan:
     #: a tiled 2-D pointwise kernel: the rows (the outer of its two loops) in blocks of YBLOCK
     YBLOCK: int = 0
     ynumel: sympy.Expr = sympy.Integer(1)
+    #: a split reduction: each row cut into ``split`` chunks of ``chunk`` elements, one program per
+    #: (row block, chunk) writing a partial result, a second kernel combining them (0: not split)
+    split: int = 0
+    chunk: int = 0
 
     @property
     def config(self) -> dict:
@@ -96,7 +104,7 @@ class TritonPlan:
                     f"{self.XBLOCK}, {self.num_warps} warps")
         if self.kind == "pointwise":
             return f"triton pointwise, {self.xnumel} elements, XBLOCK {self.XBLOCK}, {self.num_warps} warps"
-        how = "persistent" if self.persistent else "looped"
+        how = "persistent" if self.persistent else f"split x{self.split}" if self.split else "looped"
         return (f"triton {how} reduction{' (column)' if self.column else ''}, {self.xnumel} rows x {self.rnumel}, "
                 f"XBLOCK {self.XBLOCK}, RBLOCK {self.RBLOCK}, {self.num_warps} warps")
 
@@ -133,6 +141,44 @@ def _bound(e) -> int | None:
 
 def plan_triton(plan) -> TritonPlan:
     """The GPU decisions of ``plan`` (module doc)."""
+    p = _plan_triton(plan)
+    return _with_split(plan, p) if p.kind == "reduction" else p
+
+
+#: a reduction kernel of fewer programs than this leaves SMs idle: split its rows (an H100/H200 has
+#: 132 SMs; a few programs each keep it busy) ...
+SPLIT_BELOW_PROGRAMS = 264
+#: ... when its rows have at least this many elements; the split aims at this many programs
+SPLIT_MIN_ROW = 1 << 14
+SPLIT_TARGET_PROGRAMS = 528
+#: the reductions whose partial results combine by their own monoid (argmax / welford do not split)
+SPLITTABLE = frozenset({"sum", "prod", "max", "min", "any", "all"})
+
+
+def _with_split(plan, p):
+    """``p`` with a split of its rows (the module doc's split reduction) when it has too few
+    programs: one phase whose inner values stay local (its reductions and the row values computed
+    from them are the combining kernel's), static sizes, monoids of :data:`SPLITTABLE`."""
+    if not (is_static(p.xnumel) and is_static(p.rnumel)) or len(plan.phases) != 1 or plan.scratch:
+        return p
+    ph = plan.phases[0]
+    if any(plan.nodes[n].placement == "inner" and plan.nodes[n].storage == "memory" for n in ph.nodes):
+        return p
+    if any(plan.nodes[n].reduction.kind not in SPLITTABLE for n in ph.reductions):
+        return p
+    rows, row = int(p.xnumel), int(p.rnumel)
+    programs = -(-rows // p.XBLOCK)
+    if programs >= SPLIT_BELOW_PROGRAMS or row < SPLIT_MIN_ROW:
+        return p
+    split = min(SPLIT_TARGET_PROGRAMS // programs, max(1, row // (4 * p.RBLOCK)))
+    split = 1 << max(0, split.bit_length() - 1)      # (a power of two: the combine's tl.arange)
+    if split < 2:
+        return p
+    chunk = -(-(-(-row // split)) // p.RBLOCK) * p.RBLOCK
+    return dataclasses.replace(p, persistent=False, split=split, chunk=chunk)
+
+
+def _plan_triton(plan) -> TritonPlan:
     xn = math.prod((lp.size for lp in plan.outer_loops), start=sympy.Integer(1))
     rn = math.prod((lp.size for lp in plan.inner_loops), start=sympy.Integer(1))
     if not plan.has_reduction and _transposing(plan):

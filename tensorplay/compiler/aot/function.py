@@ -105,7 +105,8 @@ def _detached(t):
 
 def _example_from_meta(v):
     """A zero-filled tensor with the layout of meta value ``v`` (symbolic sizes at their hints)."""
-    return _wrap(torch.empty_strided(_hints(v.shape), _hints(v.stride()), dtype=v.dtype).zero_())
+    dev = v.device if v.device.type != "meta" else None      # (a meta value's device: the CPU's)
+    return _wrap(torch.empty_strided(_hints(v.shape), _hints(v.stride()), dtype=v.dtype, device=dev).zero_())
 
 
 def _contiguous_strides(shape) -> tuple:
@@ -242,7 +243,7 @@ class AOTRuntime:
         the layout the backward graph expects: contiguous (zeros for ``None``)."""
         meta = self.tangent_meta[k]
         if g is None:
-            return _wrap(torch.zeros(shape, dtype=meta.dtype))
+            return _wrap(torch.zeros(shape, dtype=meta.dtype, device=meta.device if meta.device.type != "meta" else None))
         d = g._data
         want = self.tangent_strides[k] if self.tangent_strides is not None else _contiguous_strides(d.shape)
         if tuple(d.stride()) != want or d.storage_offset() != 0:

@@ -70,7 +70,7 @@ def generate_wrapper(graph, sched, kernels, backend) -> tuple[str, set]:
     L.append("constants = {}")
     L.append("spare = {}   # dead intermediate buffers kept for the next call (runtime.take/stash)")
     L.append("_empty = torch.empty_strided")
-    for dev in sorted({str(torch.device(b.layout.device)) for b in graph.buffers if hasattr(b, "layout")} - {"cpu"}):
+    for dev in sorted({str(torch.device(b.layout.device)) for b in graph.buffers if hasattr(b, "layout")} - {"cpu", "meta"}):
         d = torch.device(dev)
         L.append(f"_device_{d.type}{d.index or 0} = torch.device({dev!r})")
     L.append("")
@@ -203,8 +203,8 @@ def allocation(name, lay) -> str:
     """The wrapper line that allocates buffer ``name`` with layout ``lay`` (``_empty`` is
     ``torch.empty_strided``, bound at module level; off the CPU with the buffer's device: through
     torch's caching allocator on a GPU)."""
-    dev = torch.device(lay.device)
-    where = "" if dev.type == "cpu" else f", device=_device_{dev.type}{dev.index or 0}"
+    dev = torch.device(lay.device)     # ("meta": a layout of an AOT graph's meta values -- the CPU's, as before)
+    where = "" if dev.type in ("cpu", "meta") else f", device=_device_{dev.type}{dev.index or 0}"
     return f"    {name} = _empty({_tuple(lay.size)}, {_tuple(lay.stride)}, dtype={lay.dtype}{where})"
 
 

@@ -24,8 +24,15 @@ GPU than writing it out).  Row values (reductions, outer nodes) are ``[XBLOCK, 1
 argmax/argmin reduce (value, flat index) pairs with a NaN-aware combine (the first index among
 equal values, NaN the largest); welford keeps (mean, m2, weight) per lane in a looped kernel and
 combines them by Chan's formula, a persistent one computes the mean first and then the squared
-deviations (two passes over registers).  The combine functions are ``@triton.jit`` helpers
-printed before the kernel (:data:`HELPERS`).
+deviations (two passes over registers); online_softmax keeps (m, d) per lane, d rescaled to each
+new max (Prop. 9.1).  The combine functions are ``@triton.jit`` helpers printed before the kernel
+(:data:`HELPERS`).
+
+A *tiled* pointwise plan (a transpose) is one ``[YBLOCK, XBLOCK]`` tile per program, ``yindex``
+the outer loop and ``xindex`` the inner.  A *split* reduction (few long rows) runs each program
+over one chunk of its rows (``spid``), stores the chunk's partial results in workspaces
+``ws0, ws1, ...`` and a second function ``<name>_final`` combines them and computes the row values
+read from them.
 
 The loops, their merges, the phases and where each value lives come from the plan; the kernel
 kind and block sizes from its GPU section (plan.py); nothing is decided here but how each value is

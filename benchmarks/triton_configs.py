@@ -33,7 +33,11 @@ GRID = [dict(XBLOCK=x, num_warps=w) for x in (1, 2, 4) for w in (4, 8, 16)]
 PW_GRID = [dict(XBLOCK=x, num_warps=w) for x in (512, 1024, 2048, 4096) for w in (2, 4, 8)]
 
 
-def main():
+def main(argv=None):
+    import argparse
+    argparse.ArgumentParser(description=__doc__.splitlines()[0]).parse_args(argv)
+    if not torch.cuda.is_available():
+        raise SystemExit("triton_configs.py: needs a CUDA device")
     from triton.testing import do_bench
     x = tp.from_torch(torch.randn(R, C, device="cuda"))
     orig = tplan.plan_triton

@@ -141,6 +141,13 @@ class Group:
         return f"Group({[n.name for n in self.nodes]}, {self.sig})"
 
 
+def _same_index(a, b) -> bool:
+    """Are two index expressions equal?  Expanded first (affine indices: exact and cheap), simplified
+    only when that leaves a difference (floor / Mod forms)."""
+    d = sympy.expand(a - b)
+    return d == 0 or sympy.simplify(d) == 0
+
+
 class Scheduler:
     def __init__(self, graph):
         self.graph = graph
@@ -173,7 +180,12 @@ class Scheduler:
         return bool(g_later.reads & g_earlier.writes)
 
     def _succ(self, g):
-        return [h for h in self.groups if h is not g and h.reads & g.writes]
+        """The groups that read what ``g`` writes (cached until the groups change: ``_merge``)."""
+        cache = self.__dict__.get("_succ_cache")
+        if cache is None:
+            cache = self._succ_cache = {id(a): [h for h in self.groups if h is not a and h.reads & a.writes]
+                                        for a in self.groups}
+        return cache[id(g)]
 
     def path_through_other(self, a, b) -> bool:
         """Is there a path a -> x -> ... -> b with x not in {a, b}?"""
@@ -210,6 +222,13 @@ class Scheduler:
     def dependencies_aligned(self, g1, g2, sig) -> bool:
         """Prop. 7.2: for every read of a buffer produced inside the merged group, the reader's
         index must be the producer's store index (same element), or a row value read by row."""
+        key = (tuple(n.name for n in g1.nodes), tuple(n.name for n in g2.nodes), sig)
+        memo = self.__dict__.setdefault("_aligned_memo", {})     # (a pure function of the two groups)
+        if key not in memo:
+            memo[key] = self._dependencies_aligned(g1, g2, sig)
+        return memo[key]
+
+    def _dependencies_aligned(self, g1, g2, sig) -> bool:
         nodes = g1.nodes + g2.nodes
         names = {n.name for n in nodes}
         if any(Group.placement(n, sig) is None for n in nodes):
@@ -224,12 +243,12 @@ class Scheduler:
                 ppl = Group.placement(prod, sig)
                 pexpr = store_index(prod, ppl, sig)
                 if ppl == "inner":
-                    if pl not in ("inner", "reduce") or sympy.simplify(expr - pexpr) != 0:
+                    if pl not in ("inner", "reduce") or not _same_index(expr, pexpr):
                         return False
                 else:  # producer is a row value (reduce/outer): reader must read it by row
                     if any(str(s).startswith("r") for s in expr.free_symbols):
                         return False
-                    if sympy.simplify(expr - pexpr) != 0:
+                    if not _same_index(expr, pexpr):
                         return False
         return True
 
@@ -252,9 +271,11 @@ class Scheduler:
             self._merge(g1, g2)
         self.program_order = list(self.groups)
         self.groups = self.memory_order()
+        self._succ_cache = None        # (the groups may still change: a backend's prepare_schedule)
         return self
 
     def _merge(self, g1, g2):
+        self._succ_cache = None
         sig = self.merged_signature(g1, g2)
         g1.nodes = sorted(g1.nodes + g2.nodes, key=lambda n: n.order)
         g1.reads |= g2.reads

@@ -65,22 +65,22 @@ class TritonBackend(DeviceBackend):
         from .... import config
         from . import template_fusion
         self._local.fusions = template_fusion.fuse(graph, sched, config.get("stax.triton.templates"))
+        self._local.host_scalars = self._host_scalars(graph)     # (once per graph, not per kernel)
 
     def render(self, kernel_plan, name):
         from . import kernel       # looked up at each call (tools patch kernel.generate_kernel)
         fusion = getattr(self._local, "fusions", {}).get(frozenset(kernel_plan.nodes))
         if fusion is not None:
             from .template_fusion import render
-            return render(kernel_plan, name, fusion, self._host_scalars(), self.interpret)
-        return kernel.generate_kernel(self.plan(kernel_plan), name, self._host_scalars())
+            return render(kernel_plan, name, fusion, self._local.host_scalars, self.interpret)
+        return kernel.generate_kernel(self.plan(kernel_plan), name, self._local.host_scalars)
 
-    def _host_scalars(self):
+    def _host_scalars(self, graph):
         """One-element buffers of the graph in host memory (the random seed an extern draws on the
         CPU): a GPU kernel takes their value as an argument (``.item()``, no copy to the device)."""
         if self.interpret:
             return frozenset()
-        from ..op_lowerings import V
-        return frozenset(b.name for b in V.graph.buffers if getattr(b, "layout", None) is not None
+        return frozenset(b.name for b in graph.buffers if getattr(b, "layout", None) is not None
                          and torch.device(b.layout.device).type == "cpu" and b.layout.size == ())
 
     def wrapper_imports(self):

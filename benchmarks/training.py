@@ -32,9 +32,9 @@ saves fewer bytes than the default partitioner on the GPT block.
 layers, d_model 768, 12 heads, T = 1024 tokens, batch 8, vocab 50304 (the size flags above change
 each; on the CPU they default to the sizes above, so the CPU run is unchanged), float32 by default
 (``--dtype bf16``: parameters, activations and both optimizers in bfloat16 -- tp eager supports it end to
-end; Stax's Triton backend has no bfloat16 ``layer_norm`` kernel, so the compiled step is then the
-``(fallback)`` row; ``--tf32``: ``torch.set_float32_matmul_precision("high")`` for every variant, whose
-matmuls are all ATen's).  Models, optimizer states and batches live on the device; every variant is the
+end, and Stax's Triton backend computes bfloat16 in float32 registers, the norms' statistics
+included; ``--tf32``: ``torch.set_float32_matmul_precision("high")`` for every variant, whose matmuls
+are all ATen's).  Models, optimizer states and batches live on the device; every variant is the
 same step as on the CPU, and every reading includes the device's work (``compare(device="cuda")``:
 CUDA events on the current stream after a synchronisation).  The compiled region is the model's forward
 and the cross-entropy loss (``WithLoss``): its forward graph and, through AOT autograd, its backward

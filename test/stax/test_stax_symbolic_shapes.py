@@ -225,3 +225,26 @@ def test_length_sweep_with_buckets_at_most_ten_artifacts():
     assert len(backend.graphs) == len({(n - 1).bit_length() for n in lengths})     # one per bucket seen
     src = max((e.guard.source for e in cf._cache), key=lambda t: "bucket (256, 512]" in t)
     assert "bucket (256, 512]" in src and "(257 <= L[0]._data.shape[0] <= 512)" in src   # a range guard
+
+
+def test_a_kernel_build_failure_is_not_retried_with_static_sizes(monkeypatch):
+    """A compiler (or machine) failure while compiling a symbolic graph is reported as such -- the
+    graph is not quietly specialised to the sample's sizes, which would hide the failure behind
+    one artifact per size."""
+    import tensorplay.compiler.backends.stax as stax
+    from tensorplay.compiler.api import BackendCompilerError
+    from tensorplay.compiler.backends.stax.cpp.build import CppCompileError
+
+    def broken(*a, **k):
+        raise CppCompileError("g++ was killed")
+    monkeypatch.setattr(stax, "_compiled_graph", broken)
+    x = tp.from_torch(torch.randn(7, 5))
+    cf = tp.compile(lambda x: (x * 2).sum(-1), dynamic=True, strict_native=True)
+    with pytest.raises(BackendCompilerError, match="CppCompileError: g\\+\\+ was killed"):
+        cf(x)
+    loose = tp.compile(lambda x: (x * 2).sum(-1), dynamic=True)
+    with pytest.warns(RuntimeWarning, match="g\\+\\+ was killed"):
+        loose(x)
+    got = loose(x)
+    tp.testing.assert_close(got, (x * 2).sum(-1))
+    assert not any("specialised for the backend" in e for e in loose.explain().splitlines())

@@ -164,6 +164,39 @@ def test_triton_half_dtypes_compute_in_float32(dtype):
         torch.testing.assert_close(g._data.float(), r, rtol=2e-2, atol=2e-2 * float(r.abs().max()))
 
 
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("norm", ["layer_norm", "rms_norm", "group_norm", "batch_norm"])
+def test_triton_half_norms_compute_in_float32(dtype, norm):
+    """The norms of half-precision tensors are Stax kernels on the Triton backend (statistics and
+    affine map in float32, as eager's kernels), forward and backward, within half-precision rounding
+    of the float64 result."""
+    g = torch.Generator().manual_seed(7)
+    x64 = torch.randn(6, 8, 5, generator=g, dtype=torch.float64) * 3 + 1
+    w64, b64 = torch.rand(8, generator=g, dtype=torch.float64) + 0.5, torch.randn(8, generator=g, dtype=torch.float64)
+    fns = {
+        "layer_norm": lambda x, w, b: F.layer_norm(x.transpose(1, 2), (8,), w, b),
+        "rms_norm": lambda x, w, b: F.rms_norm(x.transpose(1, 2), (8,), w, eps=1e-5) + b,
+        "group_norm": lambda x, w, b: F.group_norm(x, 4, w, b),
+        "batch_norm": lambda x, w, b: F.batch_norm(x, None, None, w, b, training=True),
+    }
+    f = lambda x, w, b: F.gelu(fns[norm](x, w, b)) * 2  # noqa: E731
+
+    def leaves(dt):
+        return [tp.from_torch(t.to(dt)).requires_grad_() for t in (x64, w64, b64)]
+    cf = tp.compile(f, strict_native=True)
+    for _ in range(2):
+        args = leaves(dtype)
+        out = cf(*args)
+        out.backward(tp.from_torch(torch.ones(out.shape, dtype=dtype)))
+    ref_args = leaves(torch.float64)
+    ref = f(*ref_args)
+    ref.sum().backward()
+    assert out.dtype == dtype
+    tol = 1e-2 if dtype == torch.float16 else 4e-2
+    for got, want in [(out, ref)] + [(a.grad, r.grad) for a, r in zip(args, ref_args)]:
+        torch.testing.assert_close(got._data.double(), want._data, rtol=tol, atol=tol * float(want._data.abs().max()))
+
+
 def test_triton_symbolic_sizes_one_artifact():
     f = lambda x: (F.softmax(x, -1) * 2, x.sum(0), x.t().exp())  # noqa: E731
     cf = tp.compile(f, dynamic=True, strict_native=True)

@@ -33,8 +33,14 @@ from __future__ import annotations
 import contextlib
 
 from ...._tensor import Tensor, _wrap
+from .device import KernelBuildError
 
 __all__ = ["stax_backend", "StaxStrictError", "compile_graph", "plan_graph"]
+
+
+#: failures of a symbolic graph's compilation that retrying it with static sizes would not mend
+#: (the compiler or the machine failed: device.KernelBuildError, a file or memory error)
+_NOT_A_SHAPE_PROBLEM = (KernelBuildError, OSError, MemoryError)
 
 
 class StaxStrictError(RuntimeError):
@@ -145,7 +151,7 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
             rec, constants = _compiled_graph(gm, example_inputs, bool((options or {}).get("stax.cpp_wrapper")),
                                              kernel_backend, options)
     except Exception as e:
-        if not is_symbolic(gm):
+        if not is_symbolic(gm) or isinstance(e, _NOT_A_SHAPE_PROBLEM):
             raise
         from ..registry import StaticShapesRequired
         raise StaticShapesRequired(f"{type(e).__name__}: {e}") from e

@@ -36,6 +36,7 @@ from pathlib import Path
 try:
     from .... import config
     from .. import codecache
+    from ..device import KernelBuildError
 except ImportError:     # this file loaded alone, by its path (the code cache's tests): the cache
     def _codecache_beside():   # module of the package it lies in, loaded by its path too
         path = Path(__file__).resolve().parent.parent / "codecache.py"
@@ -45,6 +46,7 @@ except ImportError:     # this file loaded alone, by its path (the code cache's 
         return mod
     codecache = _codecache_beside()
     config = codecache.config
+    KernelBuildError = RuntimeError
 
 CACHE_VERSION = codecache.CACHE_VERSION
 _count, run_build_tool, cache_dir, entry_dir = codecache._count, codecache.run_build_tool, codecache.cache_dir, codecache.entry_dir
@@ -83,7 +85,7 @@ class CompilerOutputWarning(UserWarning):
     prelude, never asserted away); the test suite turns this warning into an error."""
 
 
-class CppCompileError(RuntimeError):
+class CppCompileError(KernelBuildError):
     """The C++ compiler rejected a generated kernel (or the result could not be loaded).
 
     Attributes: ``stderr`` (the compiler's output), ``source_path`` (the kept ``kernel.cpp``),

@@ -132,20 +132,46 @@ def _channel_loader(t, dt):
     return lambda i: _conv(ld([i[1]]), t.dtype, dt)
 
 
+#: float dtypes the norms compute in float32 (loads widened, the result narrowed on store), as
+#: eager's kernels do; the Triton backend has them natively (DeviceBackend.native_dtypes)
+NORM_COMPUTE = {torch.float16: torch.float32, torch.bfloat16: torch.float32,
+                torch.float32: torch.float32, torch.float64: torch.float64}
+
+
+def _norm_compute_dtype(op: str, dtype):
+    """The dtype a norm's statistics and affine map are computed in (NORM_COMPUTE)."""
+    if dtype not in NORM_COMPUTE:
+        raise Unsupported(f"{op} dtype {dtype}")
+    return NORM_COMPUTE[dtype]
+
+
+def _widened(box, dt):
+    """``box`` read as ``dt`` (a view-like pointwise conversion; ``box`` itself when it is ``dt``)."""
+    if not isinstance(box, TensorBox) or box.dtype == dt:
+        return box
+    ld = box.make_loader()
+    return TensorBox(Pointwise(dt, box.device, box.get_size(), lambda i: _conv(ld(i), box.dtype, dt)))
+
+
+def _narrowed(f, dt, out_dtype):
+    """The compute function ``f`` (values of ``dt``) stored as ``out_dtype``."""
+    return f if dt == out_dtype else (lambda i: _conv(f(i), dt, out_dtype))
+
+
 @register_lowering("layer_norm")
 def _layer_norm(x, normalized_shape, weight=None, bias=None, eps=1e-5):
     out = _out_val()
-    if out.dtype not in (torch.float32, torch.float64):
-        raise Unsupported("layer_norm dtype")
+    dt = _norm_compute_dtype("layer_norm", out.dtype)
+    x, weight, bias = (_widened(t, dt) for t in (x, weight, bias))
     n = len(x.get_size())
     k = len(normalized_shape)
     dims = list(range(n - k, n))
-    var, mean = LAYER_NORM_STATS(x, dims, 0, True, x.dtype)
+    var, mean = LAYER_NORM_STATS(x, dims, 0, True, dt)
     vl, mlo = broadcast_loader(var, x.get_size()), broadcast_loader(mean, x.get_size())
     wl = broadcast_loader(weight, x.get_size()) if isinstance(weight, TensorBox) else None
     bl = broadcast_loader(bias, x.get_size()) if isinstance(bias, TensorBox) else None
-    f = _normalized(x.make_loader(), mlo, vl, eps, wl, bl, x.dtype)
-    return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), f))
+    f = _normalized(x.make_loader(), mlo, vl, eps, wl, bl, dt)
+    return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), _narrowed(f, dt, out.dtype)))
 
 
 @register_lowering("batch_norm")
@@ -159,15 +185,14 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     like every mutated input: ``copy_``); running statistics that are not graph inputs, or that the
     graph reads again, keep the fallback kernel (eager)."""
     out = _out_val()
-    if out.dtype not in (torch.float32, torch.float64):
-        raise Unsupported("batch_norm dtype")
+    dt = _norm_compute_dtype("batch_norm", out.dtype)
+    x = _widened(x, dt)
     size = x.get_size()
     if len(size) < 2:
         raise Unsupported("batch_norm of fewer than 2 dims (eager raises)")
     tracked = [isinstance(t, TensorBox) for t in (running_mean, running_var)]
     if any(tracked) and not all(tracked):
         raise Unsupported("batch_norm with only one of running_mean / running_var")
-    dt = out.dtype
     if all(tracked) and not training:
         ml, vl = _channel_loader(running_mean, dt), _channel_loader(running_var, dt)
     else:
@@ -181,7 +206,7 @@ def _batch_norm(x, weight, bias, running_mean, running_var, training, momentum, 
     xl = x.make_loader()
     f = _normalized(lambda i: _conv(xl(i), x.dtype, dt), ml, vl, eps, _channel_loader(weight, dt),
                     _channel_loader(bias, dt), dt)
-    return TensorBox(Pointwise(dt, x.device, size, f))
+    return TensorBox(Pointwise(out.dtype, x.device, size, _narrowed(f, dt, out.dtype)))
 
 
 def _update_running_stats(running_mean, running_var, mean, var, n, momentum):
@@ -214,8 +239,8 @@ def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
     reduction of the index map (N, G, C/G, *spatial) -> x[n, g*C/G + c, ...] (no copy), then a
     pointwise kernel reading the group's statistics at ``floor(channel / (C/G))``."""
     out = _out_val()
-    if out.dtype not in (torch.float32, torch.float64):
-        raise Unsupported("group_norm dtype")
+    dt = _norm_compute_dtype("group_norm", out.dtype)
+    x = _widened(x, dt)
     size = list(x.get_size())
     if len(size) >= 2 and not sympy.sympify(size[1]).is_Integer:
         raise Unsupported(f"group_norm: a symbolic channel count {size[1]} (C / num_groups must be a "
@@ -223,7 +248,7 @@ def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
     if len(size) < 2 or num_groups <= 0 or size[1] % num_groups:
         raise Unsupported("group_norm: channels not divisible by num_groups (eager raises)")
     n, c, rest = size[0], size[1], size[2:]
-    cpg, dt, xl = c // num_groups, out.dtype, x.make_loader()
+    cpg, xl = c // num_groups, x.make_loader()
     grouped = TensorBox(Pointwise(x.dtype, x.device, [n, num_groups, cpg] + rest,
                                   lambda i: xl([i[0], i[1] * cpg + i[2]] + list(i[3:]))))
     var, mean = _var_parts(grouped, list(range(2, 3 + len(rest))), 0, True, dt)
@@ -234,7 +259,7 @@ def _group_norm(x, num_groups, weight=None, bias=None, eps=1e-5):
         return [i[0], sympy.floor(i[1] / cpg)] + zeros
     f = _normalized(lambda i: _conv(xl(i), x.dtype, dt), lambda i: ml(group_of(i)), lambda i: vl(group_of(i)),
                     eps, _channel_loader(weight, dt), _channel_loader(bias, dt), dt)
-    return TensorBox(Pointwise(dt, x.device, size, f))
+    return TensorBox(Pointwise(out.dtype, x.device, size, _narrowed(f, dt, out.dtype)))
 
 
 @register_lowering("avg_pool2d")
@@ -623,23 +648,23 @@ def _adaptive_avg_pool2d_backward(g, input_size):
 @register_lowering("rms_norm")
 def _rms_norm(x, normalized_shape, weight=None, eps=None):
     out = _out_val()
-    if out.dtype not in (torch.float32, torch.float64):
-        raise Unsupported("rms_norm dtype")
+    dt = _norm_compute_dtype("rms_norm", out.dtype)
+    e = float(eps) if eps is not None else float(torch.finfo(x.dtype).eps)   # eager: of the input's dtype
+    x, weight = _widened(x, dt), _widened(weight, dt)
     n = len(x.get_size())
     dims = list(range(n - len(normalized_shape), n))
     xl = x.make_loader()
-    sq = TensorBox(Pointwise(x.dtype, x.device, x.get_size(), lambda i: (lambda v: ops.mul(v, v))(xl(i))))
-    ss = _realize(make_reduction(sq, dims, True, "sum", x.dtype))
+    sq = TensorBox(Pointwise(dt, x.device, x.get_size(), lambda i: (lambda v: ops.mul(v, v))(xl(i))))
+    ss = _realize(make_reduction(sq, dims, True, "sum", dt))
     cnt = math.prod(x.get_size()[d] for d in dims)
-    e = float(eps) if eps is not None else float(torch.finfo(x.dtype).eps)
     sl = broadcast_loader(ss, x.get_size())
     wl = broadcast_loader(weight, x.get_size()) if isinstance(weight, TensorBox) else None
 
     def f(i):
-        r = ops.rsqrt(ops.add(ops.truediv(sl(i), size_constant(cnt, x.dtype)), ops.constant(e, x.dtype)))
+        r = ops.rsqrt(ops.add(ops.truediv(sl(i), size_constant(cnt, dt)), ops.constant(e, dt)))
         y = ops.mul(xl(i), r)
         return ops.mul(y, wl(i)) if wl is not None else y
-    return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), f))
+    return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), _narrowed(f, dt, out.dtype)))
 
 
 # ---- losses ---------------------------------------------------------------------------------------------

@@ -1,0 +1,144 @@
+"""Where a single call's time goes on a GPU: the host's part and the device's (seed §9.9, §13).
+
+For each case (``x + 1`` and a row sum over 32768 x 2048 float32, and ``x + 1`` over 8 elements)
+and each variant (torch eager, ``tp.compile(strict_native=True)``, ``torch.compile``) it reports,
+as medians over ``--repeats`` readings:
+
+* ``host``: microseconds of the host to make one call (``time.perf_counter`` around ``--number``
+  calls with no synchronisation, divided);
+* ``one call``: CUDA events around one call after a synchronisation (what table13.py reports: the
+  host's latency to the first kernel plus the device's work);
+* ``back to back``: CUDA events around ``--number`` calls, divided (the host's launches overlap the
+  device's work, as in a program that never waits);
+* from one profiled call (``torch.profiler``, CPU and CUDA activities): ``to kernel`` -- the time
+  from the call's start on the host to its first kernel's start on the device -- and ``kernels``,
+  the summed kernel time; their sum approximates ``one call``.
+
+The model: one call = max(host latency to the last launch, host latency to the first kernel +
+kernel time); a variant loses a synchronised single-call comparison by its extra ``to kernel``
+even when its kernel is as fast.
+
+    python benchmarks/launch_latency.py [--repeats 9] [--number 20] [--json PATH]
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+
+import torch
+
+import tensorplay as tp
+from tensorplay.utils.benchmark import cuda_time_fn
+
+
+def _cases():
+    big = (32768, 2048)
+    return {
+        "x + 1 (256 MiB)": (lambda x: x + 1, big),
+        "row sum (256 MiB)": (lambda x: x.sum(-1), big),
+        "x + 1 (8 elems)": (lambda x: x + 1, (8,)),
+    }
+
+
+def _variants(fn, shape):
+    xt = torch.randn(*shape, device="cuda")
+    xp = tp.from_torch(xt)
+    cf = tp.compile(fn, strict_native=True)
+    tc = torch.compile(fn)
+    return {
+        "torch eager": lambda: fn(xt),
+        "tp.compile": lambda: cf(xp),
+        "torch.compile": lambda: tc(xt),
+    }
+
+
+def _host_us(f, number):
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(number):
+        f()
+    t1 = time.perf_counter()
+    torch.cuda.synchronize()
+    return (t1 - t0) / number * 1e6
+
+
+def _profiled(f):
+    """(µs from the call's start to its first kernel's start, summed kernel µs) of one call."""
+    from torch.profiler import ProfilerActivity, profile, record_function
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        with record_function("__call__"):
+            f()
+        torch.cuda.synchronize()
+    evs = prof.events()
+    call = next(e for e in evs if e.name == "__call__" and e.device_type == torch.autograd.DeviceType.CPU)
+    kernels = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA and e.name != "__call__"]
+    if not kernels:
+        return float("nan"), 0.0
+    first = min(k.time_range.start for k in kernels)
+    return first - call.time_range.start, sum(k.time_range.elapsed_us() for k in kernels)
+
+
+def _host_profile(number=300):
+    """cProfile of the host side of ``tp.compile``'s call of ``x + 1`` (256 MiB): where the host's
+    microseconds go (dispatch, guards, the wrapper, allocation, the launch)."""
+    import cProfile
+    import pstats
+    fn, shape = _cases()["x + 1 (256 MiB)"]
+    f = _variants(fn, shape)["tp.compile"]
+    for _ in range(3):
+        f()
+    torch.cuda.synchronize()
+    pr = cProfile.Profile()
+    pr.enable()
+    for _ in range(number):
+        f()
+    pr.disable()
+    torch.cuda.synchronize()
+    print(f"\ncProfile of {number} calls of tp.compile(x + 1), 256 MiB:")
+    pstats.Stats(pr).sort_stats("tottime").print_stats(18)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser()
+    p.add_argument("--repeats", type=int, default=9)
+    p.add_argument("--number", type=int, default=20)
+    p.add_argument("--json", default=None)
+    a = p.parse_args(argv)
+    rows = []
+    for case, (fn, shape) in _cases().items():
+        vs = _variants(fn, shape)
+        for f in vs.values():          # capture, compile, warm
+            for _ in range(3):
+                f()
+        readings = {name: {"host": [], "one": [], "b2b": [], "to_kernel": [], "kernels": []} for name in vs}
+        for _ in range(a.repeats):
+            for name, f in vs.items():
+                r = readings[name]
+                r["host"].append(_host_us(f, a.number))
+                r["one"].append(cuda_time_fn(f) * 1e6)
+                r["b2b"].append(cuda_time_fn(f, number=a.number) * 1e6)
+        for name, f in vs.items():
+            for _ in range(3):
+                tk, kt = _profiled(f)
+                readings[name]["to_kernel"].append(tk)
+                readings[name]["kernels"].append(kt)
+        for name, r in readings.items():
+            row = {"case": case, "variant": name, **{k: statistics.median(v) for k, v in r.items()}}
+            rows.append(row)
+    hdr = f"{'case':20} {'variant':14} {'host us':>9} {'one call us':>12} {'back to back us':>16} " \
+          f"{'to kernel us':>13} {'kernels us':>11}"
+    print(hdr)
+    for r in rows:
+        print(f"{r['case']:20} {r['variant']:14} {r['host']:9.1f} {r['one']:12.1f} {r['b2b']:16.1f} "
+              f"{r['to_kernel']:13.1f} {r['kernels']:11.1f}")
+    _host_profile()
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+
+
+if __name__ == "__main__":
+    main()

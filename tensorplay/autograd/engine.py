@@ -24,6 +24,11 @@ from .graph import AccumulateGrad, edge_of
 __all__ = ["backward", "grad"]
 
 
+#: ``f(node, grads) -> node.apply(grads)`` run instead of each node's ``apply`` (a recording
+#: profiler: profiler/hooks.py), or None
+node_hook = None
+
+
 def _make_root_grads(outputs, grad_outputs, who):
     roots = []
     for i, (t, g) in enumerate(zip(outputs, grad_outputs)):
@@ -108,14 +113,14 @@ def _run(roots, retain_graph, create_graph, targets=None, capture=None):
                     _release(node, [None] * len(node.next_edges), deps, heap, buffers, needed, _add)
                     continue
             if isinstance(node, AccumulateGrad) and targets is None:
-                node.apply(grads)
+                node.apply(grads) if node_hook is None else node_hook(node, grads)
                 continue
             # materialise missing output grads as zeros
             for i, g in enumerate(grads):
                 if g is None and i < len(node.out_meta) and node.out_meta[i] is not None:
                     shape, dtype, device = node.out_meta[i]
                     grads[i] = _wrap(torch.zeros(shape, dtype=dtype, device=device))
-            in_grads = node.apply(grads)
+            in_grads = node.apply(grads) if node_hook is None else node_hook(node, grads)
             if node.post_hooks:
                 for h in node.post_hooks:
                     r = h(in_grads, grads)

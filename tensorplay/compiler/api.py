@@ -46,6 +46,7 @@ import torch
 
 from .._tensor import Tensor, _wrap
 from ..autograd import grad_mode
+from ..profiler.recorder import span as _profiler_span
 from . import config
 from .backends.registry import StaticShapesRequired, lookup_backend
 from .capture.gates import extract_replay
@@ -524,9 +525,10 @@ class CompiledFunction:
         names = input_names_for(self.fn, args, kwargs)
         mods = []
         leaves, spec = tree_flatten((args, kwargs))
-        cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
-                      sources=find_sources(self.fn, self.module, mods), name=self.name,
-                      dynamic=self._dynamic_dims(leaves, names), buckets=self.options["dynamic.buckets"])
+        with _profiler_span(f"capture {self.name}", "compile"):
+            cap = capture(self.fn, args, kwargs, execute=self.options["capture.execute"], input_names=names,
+                          sources=find_sources(self.fn, self.module, mods), name=self.name,
+                          dynamic=self._dynamic_dims(leaves, names), buckets=self.options["dynamic.buckets"])
         if cap.symbolic is not None:
             _check_marks_kept(cap.symbolic, self.name)
         written = written_placeholders(cap.gm.graph)
@@ -582,7 +584,8 @@ class CompiledFunction:
         """``call(gm, example, ...)``; a failure other than StaticShapesRequired falls back
         (:meth:`_backend_failed`)."""
         try:
-            return call(gm, example, options=self.options, strict_native=self.strict_native)
+            with _profiler_span(f"backend {self.backend_name} {self.name}", "compile"):
+                return call(gm, example, options=self.options, strict_native=self.strict_native)
         except StaticShapesRequired:
             raise
         except Exception as e:

@@ -19,6 +19,7 @@ Guarantees:
 from __future__ import annotations
 
 import copy
+import functools
 from collections import defaultdict
 from itertools import chain
 
@@ -26,6 +27,7 @@ import torch
 
 from .._tensor import Tensor, _wrap
 from ..autograd.grad_mode import enable_grad
+from ..profiler import recorder as _profiler
 
 __all__ = ["Optimizer", "required"]
 
@@ -38,7 +40,34 @@ class _Required:
 required = _Required()
 
 
+def _profiled_step(step):
+    """``step`` recorded as an ``optimizer`` span by a running profile (its state tensors marked
+    ``optimizer state``); a global read and a call otherwise."""
+    @functools.wraps(step)
+    def profiled(self, *args, **kwargs):
+        rec = _profiler.active()
+        if rec is None or self.__dict__.get("_tp_profiling_step"):
+            return step(self, *args, **kwargs)
+        self._tp_profiling_step = True
+        try:
+            with _profiler.span(f"Optimizer.step#{type(self).__name__}.step", "optimizer"):
+                out = step(self, *args, **kwargs)
+        finally:
+            self._tp_profiling_step = False
+        for st in self.state.values():
+            for v in st.values():
+                if isinstance(v, (Tensor, torch.Tensor)):
+                    rec.mark(v, "optimizer state")
+        return out
+    return profiled
+
+
 class Optimizer:
+    def __init_subclass__(cls, **kwargs):
+        super().__init_subclass__(**kwargs)
+        if "step" in cls.__dict__:
+            cls.step = _profiled_step(cls.__dict__["step"])
+
     def __init__(self, params, defaults: dict):
         self.defaults = defaults
         self.state: defaultdict = defaultdict(dict)

@@ -46,6 +46,7 @@ from ...autograd.function import Function
 from ..graph import GraphModule
 from .dispatch_trace import _hints, is_symbolic
 from .joint import build_joint
+from ...profiler.recorder import span
 
 __all__ = ["aot_backend", "aot_lower", "AOTRuntime", "CompiledRegionFunction", "AOTLowered", "DoubleBackwardError"]
 
@@ -93,8 +94,10 @@ def aot_lower(gm, example_inputs, partitioner="min_cut", decompose_if=None) -> A
     """Joint graph and partition of a region, without compiling anything.  ``decompose_if(node)``:
     the backend's choice of forward nodes to expand by their decomposition before differentiating
     (a backend function's ``aot_decompose`` attribute, e.g. Stax's ``choices.aot_decompose``)."""
-    joint = build_joint(gm, example_inputs, decompose_if=decompose_if)
-    part = _partitioner(partitioner)(joint)
+    with span("aot joint graph", "compile"):
+        joint = build_joint(gm, example_inputs, decompose_if=decompose_if)
+    with span(f"aot partition ({partitioner if isinstance(partitioner, str) else 'custom'})", "compile"):
+        part = _partitioner(partitioner)(joint)
     return AOTLowered(joint, part, partitioner if isinstance(partitioner, str) else
                       getattr(partitioner, "__name__", "custom"))
 
@@ -185,7 +188,8 @@ class AOTRuntime:
         self.non_diff = [i for i, d in enumerate(joint.fwd_output_differentiable) if not d]
         self.needs_grad = any(joint.primals_requiring_grad)
         self.strict_native = strict_native
-        self.fw = fw_compiler(part.fw_gm, [_detached(t) for t in example_inputs])
+        with span("compile forward graph", "compile"):
+            self.fw = fw_compiler(part.fw_gm, [_detached(t) for t in example_inputs])
         self._bw_compiler = bw_compiler
         self._bw_fallback = bw_fallback
         self.bw_gm, self.grad_pos, self.n_grads = compact_outputs(part.bw_gm)
@@ -263,7 +267,8 @@ class AOTRuntime:
                 example = [_detached(t) for t in saved] + [_detached(t) for t in tangents]
             self.bw_compiles += 1
             try:
-                self._bw = self._bw_compiler(self.bw_gm, example)
+                with span("compile backward graph", "compile"):
+                    self._bw = self._bw_compiler(self.bw_gm, example)
             except Exception as e:
                 if self.strict_native or self._bw_fallback is None:
                     raise

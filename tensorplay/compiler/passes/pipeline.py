@@ -53,6 +53,7 @@ from .decompose import decompose
 from .functionalize import functionalize
 from .regions import regions
 from .simplify import simplify
+from ...profiler.recorder import span as _profiler_span
 
 __all__ = ["run_passes", "DEFAULT_PASSES", "PASSES"]
 
@@ -89,10 +90,11 @@ def run_passes(gm, *, basis=None, passes=None, max_iters=50, skip_functionalize=
         _show(gm, "after capture (input of run_passes)")
 
     def run(name, fn):
-        if name in ("decompose", "simplify"):
-            changed = fn(gm, basis)
-        else:
-            changed = fn(gm)
+        with _profiler_span(f"pass {name}", "compile"):
+            if name in ("decompose", "simplify"):
+                changed = fn(gm, basis)
+            else:
+                changed = fn(gm)
         gm.graph.lint()
         if changed and debug:
             _show(gm, f"after {name}")

@@ -34,9 +34,15 @@ import contextlib
 
 from ...._tensor import Tensor, _wrap
 from .device import KernelBuildError
+from .kernel_plan import model_cost
+from ....profiler.recorder import span
 
 __all__ = ["stax_backend", "StaxStrictError", "compile_graph", "plan_graph"]
 
+
+#: ``f(module)`` once a wrapper module is loaded and annotated (a recording profiler: its kernel
+#: timing proxies, profiler/hooks.py), or None
+on_wrapper_ready = None
 
 #: failures of a symbolic graph's compilation that retrying it with static sizes would not mend
 #: (the compiler or the machine failed: device.KernelBuildError, a file or memory error)
@@ -60,8 +66,11 @@ def _scheduled(gm, example_inputs):
     V.graph = graph
     try:
         with use(graph.sizevars):
-            graph.run()
-            yield graph, Scheduler(graph).fuse()
+            with span("stax lowering", "compile"):
+                graph.run()
+            with span("stax scheduling", "compile"):
+                sched = Scheduler(graph).fuse()
+            yield graph, sched
     finally:
         V.graph = prev
 
@@ -89,14 +98,16 @@ def compile_graph(gm, example_inputs, cpp_wrapper=False, options=None):
     from .codegen.wrapper import generate_wrapper
     from .device import backend_for
     backend = backend_for(example_inputs)
-    with _scheduled(gm, example_inputs) as (graph, sched):
+    with _scheduled(gm, example_inputs) as (graph, sched), span(f"stax codegen ({backend.name})", "compile"):
         backend.prepare_schedule(graph, sched)
         kernels, plans = {}, {}
+        sched.kernel_costs = {}
         for g, plan in _plans(sched):
             name = f"kernel{len(kernels)}"
             src, params = backend.render(plan, name)
             kernels[id(g)] = (name, src, params)
             plans[id(g)] = plan
+            sched.kernel_costs[name] = model_cost(plan, graph.sizevars)
         out = backend.generate_wrapper(graph, sched, kernels, cpp_wrapper=cpp_wrapper, options=options or {})
         src, materialized = out if out is not None else generate_wrapper(graph, sched, kernels, backend)
         from .debug import emit
@@ -159,7 +170,8 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     if strict_native:
         _reject_fallbacks(fallbacks)
     src = rec["source"]
-    mod = codecache.load_py(src)
+    with span("stax load wrapper (builds its kernels)", "compile"):
+        mod = codecache.load_py(src)
     mod.constants.update(_on_device(constants, example_inputs))
     call = mod.call
     wrap = _wrap
@@ -178,6 +190,10 @@ def stax_backend(gm, example_inputs, *, options=None, strict_native=False, **kw)
     run.intermediate_bytes = rec["intermediate_bytes"]
     run.fallbacks = fallbacks
     run.module = mod
+    mod.kernel_costs = rec.get("kernel_costs", {})    # (bytes, FLOPs) per kernel: the profiler's model
+    mod.kernel_device = next((t.device.type for t in example_inputs if isinstance(t, Tensor)), "cpu")
+    if on_wrapper_ready is not None:
+        on_wrapper_ready(mod)
     return run
 
 
@@ -220,10 +236,12 @@ def _compiled_graph(gm, example_inputs, cpp_wrapper, kernel_backend="", options=
     key = codecache.graph_key(gm, example_inputs, cpp_wrapper=cpp_wrapper, variant=variant)
     rec = codecache.load_graph(key)
     if rec is not None:
-        return rec, codecache.graph_constants(gm)
+        with span("stax graph cache hit", "compile", key=key):
+            return rec, codecache.graph_constants(gm)
     src, graph, sched, materialized = compile_graph(gm, example_inputs, cpp_wrapper, options)
     outs = {o.name if hasattr(o, "name") else None for o in graph.outputs}
     rec = {"source": src, "materialized": sorted(materialized), "fallbacks": [list(f) for f in graph.fallbacks],
+           "kernel_costs": getattr(sched, "kernel_costs", {}),
            "intermediate_bytes": sum(2 * graph.sizevars.size_hint(b.layout.numel) * b.layout.dtype.itemsize
                                      for b in graph.buffers if b.name in materialized and b.name not in outs)}
     consts = codecache.graph_constants(gm)

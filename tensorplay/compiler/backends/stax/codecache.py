@@ -73,7 +73,7 @@ __all__ = [
 ]
 
 #: Bumped when the layout of an entry or the meaning of a key changes (part of every key).
-CACHE_VERSION = "stax-codecache-1"
+CACHE_VERSION = "stax-codecache-2"
 
 #: In-process counters (tests read them).
 stats = {"builds": 0, "build_hits": 0, "py_writes": 0, "compiler_runs": 0, "graph_hits": 0}

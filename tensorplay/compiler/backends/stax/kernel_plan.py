@@ -437,3 +437,23 @@ def format_plan(plan: KernelPlan, name: str = "kernel") -> str:
     if plan.device is not None and hasattr(plan.device, "describe"):
         lines.append("  device: " + plan.device.describe())
     return "\n".join(lines)
+
+
+def model_cost(plan: KernelPlan, sizevars) -> list:
+    """``[bytes, flops]`` of one call of the kernel at the size hints: the model the profiler and the
+    roofline place a kernel by (seed 001 §1-3; the chapter §13.2).  Bytes: every buffer the kernel
+    reads or writes in memory, each counted once (``BufferFacts.nbytes``; kernel-local values move
+    nothing).  FLOPs: per node, the compute calls of one element of its function (``choices.price``:
+    every ops-handler call but the loads) times the elements it iterates (output elements of a
+    pointwise node, input elements of a reduction).  A model, not a hardware count."""
+    from .choices import price
+    nbytes = sum(f.nbytes for name, f in plan.buffers.items() if name not in plan.locals)
+    flops = 0
+    for n in plan.nodes.values():
+        loops = getattr(n.ir.buf, "data", None)
+        if loops is None or not hasattr(loops, "inner_fn"):
+            continue
+        h = price(loops)
+        elems = math.prod(loops.ranges) * math.prod(getattr(loops, "reduction_ranges", ()) or (1,))
+        flops += max(h.ops - h.n_loads, 0) * int(sizevars.size_hint(elems))
+    return [int(nbytes), int(flops)]

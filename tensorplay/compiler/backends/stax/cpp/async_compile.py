@@ -40,6 +40,7 @@ from .... import config
 from .. import codecache
 from . import build
 from .build import CppCompileError
+from .....profiler.recorder import span
 
 __all__ = ["AsyncCompile", "CppKernelFuture", "compile_threads", "shutdown_pool"]
 
@@ -215,7 +216,8 @@ class AsyncCompile:
         lib = build._libs.get(key)
         if lib is not None:  # already loaded in this process: no trip through the pool
             codecache._count("build_hits")
-            fut.set_result(lib)
+            with span(f"cpp cache hit {name}", "compile", where="memory", key=key[:16]):
+                fut.set_result(lib)
         else:
             fut = _get_pool(n).submit(build.load_cpp, source, isa, extra)
         return CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)

@@ -37,6 +37,7 @@ try:
     from .... import config
     from .. import codecache
     from ..device import KernelBuildError
+    from .....profiler.recorder import span as _span
 except ImportError:     # this file loaded alone, by its path (the code cache's tests): the cache
     def _codecache_beside():   # module of the package it lies in, loaded by its path too
         path = Path(__file__).resolve().parent.parent / "codecache.py"
@@ -47,6 +48,10 @@ except ImportError:     # this file loaded alone, by its path (the code cache's 
     codecache = _codecache_beside()
     config = codecache.config
     KernelBuildError = RuntimeError
+    import contextlib
+
+    def _span(*a, **k):
+        return contextlib.nullcontext()
 
 CACHE_VERSION = codecache.CACHE_VERSION
 _count, run_build_tool, cache_dir, entry_dir = codecache._count, codecache.run_build_tool, codecache.cache_dir, codecache.entry_dir
@@ -412,7 +417,8 @@ def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
         d = entry_dir(key)
         so = d / "kernel.so"
         if _entry_valid(d):
-            lib = _dlopen(so)
+            with _span(f"cpp cache hit {_kernel_name(source)}", "compile", where="disk", key=key[:16]):
+                lib = _dlopen(so)
         if lib is not None:
             _count("build_hits")
         else:
@@ -422,7 +428,8 @@ def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
                 if lib is not None:
                     _count("build_hits")
                 else:
-                    _build(source, isa, d, extra)
+                    with _span(f"g++ {_kernel_name(source)}", "compile", key=key[:16], isa=isa):
+                        _build(source, isa, d, extra)
                     try:
                         lib = ctypes.CDLL(str(so))
                     except OSError as e:
@@ -430,6 +437,13 @@ def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
                                               source_path=d / "kernel.cpp") from e
         _libs[key] = lib
         return lib
+
+
+def _kernel_name(source: str) -> str:
+    """The first ``extern "C"`` function a translation unit defines (its kernel; for spans)."""
+    import re
+    m = re.search(r'extern "C"[^(]*?(\w+)\s*\(', source)
+    return m.group(1) if m else "kernel"
 
 
 def _forget() -> None:

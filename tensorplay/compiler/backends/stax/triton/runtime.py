@@ -25,6 +25,7 @@ import os
 import sys
 
 from .. import codecache
+from .....profiler.recorder import span
 
 __all__ = ["load_kernel", "InterpreterRequired", "cdiv", "checked_launch", "Launcher", "tuning_space", "precompile", "GPU_LIBDEVICE", "INTERPRETER_LIBDEVICE", "triton_version"]
 
@@ -90,7 +91,8 @@ def load_kernel(source: str, name: str, interpret: bool = False):
         # the interpreter cannot loop to an argument (a 1-element array): a symbolic row length is a
         # constexpr there
         source = source.replace(", rnumel, XBLOCK: tl.constexpr", ", rnumel: tl.constexpr, XBLOCK: tl.constexpr", 1)
-    return getattr(codecache.load_py(source, "triton"), name)
+    with span(f"triton load {name}", "compile"):
+        return getattr(codecache.load_py(source, "triton"), name)
 
 
 def checked_launch(kernel, grid, *args, **config):
@@ -173,7 +175,8 @@ class Launcher:
             if self.tune and self.tuned is None:
                 self._autotune(xnumel, args)
             cfg = self.config
-            self.compiled[key] = self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
+            with span(f"triton jit {getattr(self.kernel, '__name__', 'kernel')}", "compile"):
+                self.compiled[key] = self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
             import torch
             from triton import knobs
             self._device = torch.cuda.current_device()

@@ -144,6 +144,13 @@ def test_eager_ops_backward_nodes_shapes_and_stack():
     assert "autograd::AccumulateGrad" in back and len(back) >= 4
     rows = {r["name"]: r for r in prof.key_averages()}
     assert rows["mul"]["count"] >= 1 and rows["exp"]["self"] <= rows["exp"]["total"]
+    # one host thread: the critical path is the thread's whole recorded extent, every op on it
+    cp = prof.critical_path()
+    xs = [e for e in prof.trace()["traceEvents"] if e["ph"] == "X"]
+    extent = max(e["ts"] + e["dur"] for e in xs) - min(e["ts"] for e in xs)
+    assert cp.total == pytest.approx(extent, abs=1e-3)
+    first_mul = min((r for r in cp.rows.values() if r.name == "mul"), key=lambda r: r.activity.start)
+    assert first_mul.on_path and first_mul.added == pytest.approx(mul.dur / 1e3, abs=1e-3)
 
 
 def test_nothing_is_installed_outside_a_profile():
@@ -213,15 +220,26 @@ def test_memory_categories_of_a_training_step():
     loss_fn, params = _mlp()
     opt = tp.optim.AdamW(params, lr=1e-3)
     x, y = _batch()
+    opt.zero_grad()
+    loss_fn(x, y).backward()
+    opt.step()                     # parameters, gradients and optimizer state exist before the profile
     with profile(activities=CPU, profile_memory=True) as prof:
         for _ in range(2):
             opt.zero_grad()
             loss_fn(x, y).backward()
             opt.step()
-    cats = Counter(b.category for b in prof.memory_timeline().blocks)
-    assert cats["parameter"] == 4 and cats["input"] >= 2
-    assert cats["gradient"] >= 4 and cats["optimizer state"] >= 8 and cats["activation"] >= 2
-    assert cats["temporary"] > 0
+    mt = prof.memory_timeline()
+
+    def category(t):
+        ptr = t._data.untyped_storage().data_ptr()
+        return {b.category for b in mt.blocks if b.ptr == ptr and b.end is None}
+    assert all(category(p) == {"parameter"} for p in params)
+    assert all(category(p.grad) == {"gradient"} for p in params)      # (the last step's, allocated in it)
+    assert all(category(v) == {"optimizer state"} for st in opt.state.values() for v in st.values()
+               if isinstance(v, tp.Tensor) and v.numel() > 1)
+    assert category(x) == {"input"}
+    cats = Counter(b.category for b in mt.blocks if b.start is not None)
+    assert cats["activation"] >= 2 and cats["temporary"] > 0 and cats["gradient"] >= 2 * len(params)
 
 
 def test_roofline_fraction_with_machine_parameters():

@@ -106,9 +106,11 @@ def _detached(t):
     return _wrap(t._data) if isinstance(t, Tensor) else t
 
 
-def _example_from_meta(v):
-    """A zero-filled tensor with the layout of meta value ``v`` (symbolic sizes at their hints)."""
-    dev = v.device if v.device.type != "meta" else None      # (a meta value's device: the CPU's)
+def _example_from_meta(v, device=None):
+    """A zero-filled tensor with the layout of meta value ``v`` (symbolic sizes at their hints), on
+    ``v``'s device, or for a ``meta`` value on ``device`` (the region's: a GPU region's backward is
+    compiled for the GPU; None: the CPU)."""
+    dev = v.device if v.device.type != "meta" else device
     return _wrap(torch.empty_strided(_hints(v.shape), _hints(v.stride()), dtype=v.dtype, device=dev).zero_())
 
 
@@ -188,6 +190,8 @@ class AOTRuntime:
         self.non_diff = [i for i, d in enumerate(joint.fwd_output_differentiable) if not d]
         self.needs_grad = any(joint.primals_requiring_grad)
         self.strict_native = strict_native
+        #: the region's device: where the backward's example inputs live when its metadata is meta
+        self.device = next((t.device for t in example_inputs if isinstance(t, Tensor)), None)
         with span("compile forward graph", "compile"):
             self.fw = fw_compiler(part.fw_gm, [_detached(t) for t in example_inputs])
         self._bw_compiler = bw_compiler
@@ -204,7 +208,7 @@ class AOTRuntime:
         self._bw = None
         self.bw_compiles = 0     # backward graphs built (CompiledFunction.counters["backward_compiles"])
         if strict_native and check_native is not None:
-            check_native(self.bw_gm, [_example_from_meta(p.meta["val"]) for p in ph])
+            check_native(self.bw_gm, [_example_from_meta(p.meta["val"], self.device) for p in ph])
         if self.symbolic:
             # compiled now, not at the first backward: what the backward compiler assumes about sizes
             # (its shape guards) must reach the key, which is built when the backend returns (as
@@ -262,7 +266,7 @@ class AOTRuntime:
         sizes (the sample's), laid out as the backward graph's placeholders."""
         if self._bw is None:
             if saved is None:
-                example = [_example_from_meta(p.meta["val"]) for p in self.bw_gm.graph.placeholders]
+                example = [_example_from_meta(p.meta["val"], self.device) for p in self.bw_gm.graph.placeholders]
             else:
                 example = [_detached(t) for t in saved] + [_detached(t) for t in tangents]
             self.bw_compiles += 1

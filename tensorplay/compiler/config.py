@@ -142,8 +142,10 @@ KNOBS = {k.name: k for k in (
 
     # -- heuristics of the Triton (GPU) kernels ---------------------------------------------------------------
     _k("stax.triton.templates", str, "rule", "a matmul/linear and the pointwise group reading it as one Triton GEMM "
-                                             "with that group as its epilogue: 'rule' (when the choice rule of "
-                                             "triton/matmul.py says so), 'always', 'never'", keyed=True,
+                                             "with that group as its epilogue, and the pointwise group computing "
+                                             "its first operand as its prologue: 'rule' (when the choice rules of "
+                                             "triton/matmul.py and triton/template_prologue.py say so), 'always', "
+                                             "'never'", keyed=True,
        choices=("rule", "always", "never")),
 
     # -- heuristics of the C++ (CPU) kernels -----------------------------------------------------------------

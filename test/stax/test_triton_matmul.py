@@ -9,6 +9,7 @@ case on CUDA against torch and records its time next to torch.matmul + bias + GE
 from __future__ import annotations
 
 import math
+import re
 
 import pytest
 import torch
@@ -434,6 +435,257 @@ def test_tune_picks_the_fastest_config_and_survives_failures():
     r = mm.tune(32, 32, 32, torch.float32, BIAS_GELU, measure=measure, device="cpu")
     assert r["choice"] == "template" and r["config"] == cands[1] if len(cands) > 1 else True
     assert any(t == math.inf for _, _, t in r["times"])
+
+
+# ------------------------------------------------------------------------------------------------
+# fused prologues in a compiled graph (template_prologue.py)
+# ------------------------------------------------------------------------------------------------
+
+def _compiled(f, *args, mode="always", dynamic=False):
+    """(second call's output as a torch tensor or tuple, the wrapper source) of ``f`` compiled for
+    Triton kernels (the interpreter on CPU tensors) with ``stax.triton.templates = mode``."""
+    import tensorplay as tp
+    with tp.compiler.config.patch({"stax.triton.templates": mode}):
+        cf = tp.compile(f, strict_native=True, dynamic=dynamic, options={"stax.kernel_backend": "triton"})
+        with tp.no_grad():
+            cf(*args)                          # the capture run
+            out = cf(*args)
+    out = tuple(o._data for o in out) if isinstance(out, tuple) else out._data
+    return out, cf._cache[0].artifact.source
+
+
+def _tp(t):
+    import tensorplay as tp
+    return tp.from_torch(t)
+
+
+def _kernels(src):
+    return re.findall(r"@triton.jit(?:\(debug=True\))?\ndef (kernel\d+)\(", src)
+
+
+def _check_pro(got, pa, b, *, out_dtype, a_dtype, ref=None):
+    """|got - pa @ b| within the float32 dot's bound, one rounding of each A element to its dtype
+    (the printers' erf / exp may round a value to the neighbour) and the output's rounding."""
+    K = pa.shape[-1]
+    ref = pa @ b if ref is None else ref
+    tol = (4 * K * U32 + 2 * EPS[a_dtype]) * (pa.abs() @ b.abs()) + 2 * EPS[out_dtype] * ref.abs() + 1e-6
+    err = (got.double() - ref).abs()
+    assert float((err - tol).max()) <= 0, f"max error {float(err.max()):.3g}"
+
+
+def _one_fused_kernel(src, what="GEMM + fused prologue"):
+    assert _kernels(src) == ["kernel0"], _kernels(src)          # P's kernel is gone
+    assert f"# {what}\n" in src and "# the fused pointwise prologue" in src
+    assert "extern kernel" not in src and "XBLOCK" not in src
+
+
+PRO_DTYPES = [torch.float32, torch.float16, torch.bfloat16]
+
+
+@pytest.mark.parametrize("dtype", PRO_DTYPES)
+@pytest.mark.parametrize("case,K", [("cast-scale", 45), ("affine", 45), ("affine", 64), ("gelu", 45)])
+def test_prologue_fuses_into_the_template(case, K, dtype):
+    """The typical prologues -- a cast and a scale before linear, ``x * 2 + 1`` (f(0) != 0: the K tail is
+    zeroed again), gelu -- become one GEMM kernel, for each operand dtype; M, N and (K = 45) K tails."""
+    import tensorplay.nn.functional as F
+    M, N = 37, 30
+    x32 = _rand(M, K, seed=3)
+    if case == "cast-scale":
+        w = _rand(N, K, seed=4, dtype=dtype)
+        f = lambda x, w: F.linear(x.to(dtype) * 0.5, w)  # noqa: E731
+        x, pa, b = x32, (x32.to(dtype).double() * 0.5).to(dtype).double(), w.double().t()
+    else:
+        w = _rand(K, N, seed=4, dtype=dtype)
+        x = x32.to(dtype)
+        fn = {"affine": lambda v: v * 2 + 1, "gelu": torch.nn.functional.gelu}[case]
+        f = (lambda x, w: (x * 2 + 1) @ w) if case == "affine" else (lambda x, w: F.gelu(x) @ w)
+        pa, b = fn(x.float()).to(dtype).double(), w.double()
+    got, src = _compiled(f, _tp(x), _tp(w))
+    assert got.dtype == dtype and got.shape == (M, N)
+    _check_pro(got, pa, b, out_dtype=dtype, a_dtype=dtype)
+    _one_fused_kernel(src)
+    if dtype != torch.float32:          # P's value rounded to A's dtype before the dot, as the stored A
+        tl_dt = {torch.float16: "tl.float16", torch.bfloat16: "tl.bfloat16"}[dtype]
+        assert re.search(rf"a = pt\d+\.to\({tl_dt}\)\n\s+if not EVEN_K:", src)
+
+
+@pytest.mark.parametrize("layout", ["column-major", "sliced"])
+def test_prologue_reads_x_at_its_strides(layout):
+    """X read at its own element through any strides: the template takes them (no copy)."""
+    x = _rand(45, 37, seed=3).t() if layout == "column-major" else _rand(37, 64, seed=3)
+    f = (lambda x, w: (x * 2 + 1) @ w) if layout == "column-major" else (lambda x, w: (x[:, :45] * 2 + 1) @ w)
+    w = _rand(45, 30, seed=4)
+    got, src = _compiled(f, _tp(x), _tp(w))
+    _check_pro(got, x[:, :45].double() * 2 + 1, w.double(), out_dtype=torch.float32, a_dtype=torch.float32)
+    _one_fused_kernel(src)
+    ints = re.search(r'"ints": \[([^]]*)\]', src).group(1)
+    assert ints.startswith("37, 30, 45, 1, 37," if layout == "column-major" else "37, 30, 45, 64, 1,")
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_prologue_and_epilogue_in_one_kernel(dtype):
+    """prologue -> GEMM -> epilogue: ``silu(linear(x * 2 + 1, w, b))`` is one kernel."""
+    import tensorplay.nn.functional as F
+    M, N, K = 37, 30, 45
+    x, w, v = _rand(M, K, seed=3, dtype=dtype), _rand(N, K, seed=4, dtype=dtype), _rand(N, seed=5, dtype=dtype)
+    got, src = _compiled(lambda x, w, v: F.silu(F.linear(x * 2 + 1, w, v)), _tp(x), _tp(w), _tp(v))
+    _one_fused_kernel(src, "GEMM + fused prologue and epilogue")
+    pa = (x.float() * 2 + 1).to(dtype).double()
+    lin = pa @ w.double().t() + v.double()
+    want = torch.nn.functional.silu(lin.to(dtype).double())       # the epilogue sees the product rounded
+    _check_pro(got, pa, w.double().t(), out_dtype=dtype, a_dtype=dtype, ref=want)
+
+
+def test_prologue_only_kernel_stores_a_product_others_read():
+    """No epilogue group (the product is an output and a reduction reads it): the fused kernel
+    stores C, the reduction's kernel reads it."""
+    import tensorplay.nn.functional as F
+    x, w = _rand(37, 45, seed=3), _rand(30, 45, seed=4)
+    (c, s), src = _compiled(lambda x, w: (lambda c: (c, c.sum(-1)))(F.linear(x * 2 + 1, w)), _tp(x), _tp(w))
+    pa, b = x.double() * 2 + 1, w.double().t()
+    _check_pro(c, pa, b, out_dtype=torch.float32, a_dtype=torch.float32)
+    torch.testing.assert_close(s.double(), (pa @ b).sum(-1), rtol=1e-5, atol=1e-4)
+    assert len(_kernels(src)) == 2 and "# GEMM + fused prologue\n" in src and "extern kernel" not in src
+
+
+def _mlp(C=32):
+    import tensorplay as tp
+    return tp.nn.Linear(C, 4 * C), tp.nn.Linear(4 * C, C)
+
+
+def test_gpt_mlp_gelu_fuses_once():
+    """A GPT MLP ``x + lin2(gelu(lin1(x)))``: gelu is the first GEMM's epilogue (not also the second's
+    prologue: no chain); with ``h`` an output (a training forward saves it) the first GEMM keeps
+    cuBLAS and gelu is the second GEMM's prologue.  No separate gelu kernel either way."""
+    import tensorplay.nn.functional as F
+    lin1, lin2 = _mlp()
+    x = _rand(37, 32, seed=3)
+    W1, B1, W2, B2 = (t._data.double() for t in (lin1.weight, lin1.bias, lin2.weight, lin2.bias))
+    h = x.double() @ W1.t() + B1
+    g = torch.nn.functional.gelu(h.float()).double()
+    want = x.double() + g @ W2.t() + B2
+    got, src = _compiled(lambda x: x + lin2(F.gelu(lin1(x))), _tp(x))
+    assert _kernels(src) == ["kernel0", "kernel1"] and src.count("# GEMM + fused epilogue\n") == 2
+    assert "fused pointwise prologue" not in src and "extern kernel" not in src
+    _check_pro(got, g, W2.t(), out_dtype=torch.float32, a_dtype=torch.float32, ref=want)
+    (hh, got), src = _compiled(lambda x: (lambda h: (h, x + lin2(F.gelu(h))))(lin1(x)), _tp(x))
+    assert _kernels(src) == ["kernel0"] and "# GEMM + fused prologue and epilogue\n" in src
+    assert src.count("extern kernel: linear") == 1 and "tl.erf" in src
+    _check_pro(hh, x.double(), W1.t(), out_dtype=torch.float32, a_dtype=torch.float32, ref=h)
+    _check_pro(got, g, W2.t(), out_dtype=torch.float32, a_dtype=torch.float32, ref=want)
+
+
+ILLEGAL = {
+    "A is an output": (lambda x, y, w: (lambda a: (a @ w, a))(x * 2 + 1), lambda: (_rand(37, 45), None)),
+    "A read by two products": (lambda x, y, w: (lambda a: (a @ w, a[:, :30] @ w[:30]))(x * 2 + 1),
+                               lambda: (_rand(37, 45), None)),
+    "two buffers": (lambda x, y, w: (x + y) @ w, lambda: (_rand(37, 45), _rand(37, 45, seed=9))),
+    "reduction": (lambda x, y, w: (x - x.mean(-1, keepdim=True)) @ w, lambda: (_rand(37, 45), None)),
+    "transposed load": (lambda x, y, w: (x.t() * 2) @ w, lambda: (_rand(45, 37), None)),
+    "broadcast load": (lambda x, y, w: (x.expand(37, 45) * 2) @ w, lambda: (_rand(1, 45), None)),
+    "integer X": (lambda x, y, w: (x.to(torch.float32) * 2) @ w,
+                  lambda: ((_rand(37, 45) * 10).to(torch.int32), None)),
+}
+
+
+@pytest.mark.parametrize("case", list(ILLEGAL))
+def test_illegal_prologues_stay_separate(case):
+    import tensorplay as tp
+    f, make = ILLEGAL[case]
+    x, y = make()
+    w = _rand(45, 30, seed=4)
+    args = [_tp(x), _tp(y) if y is not None else None, _tp(w)]
+    got, src = _compiled(f, *args)
+    with tp.no_grad():
+        want = f(*args)
+    for g_, w_ in zip(got if isinstance(got, tuple) else (got,), want if isinstance(want, tuple) else (want,)):
+        torch.testing.assert_close(g_.double(), w_._data.double(), rtol=1e-5, atol=1e-4)
+    assert "fused pointwise prologue" not in src and "XBLOCK" in src     # P is a kernel of its own
+
+
+def test_symbolic_sizes_keep_the_prologue_separate():
+    import tensorplay as tp
+    f = lambda x, w: (x * 2 + 1) @ w  # noqa: E731
+    x, w = _rand(37, 45, seed=3), _rand(45, 30, seed=4)
+    got, src = _compiled(f, _tp(x), _tp(w), dynamic=True)
+    torch.testing.assert_close(got.double(), (x.double() * 2 + 1) @ w.double(), rtol=1e-5, atol=1e-4)
+    assert "fused pointwise prologue" not in src and "extern kernel: matmul" in src
+
+
+@pytest.mark.parametrize("mode", ["never", "rule"])
+def test_never_and_the_rule_at_small_sizes_keep_prologues_apart(mode):
+    """``never``; the rule: a small product (less than a wave) keeps cuBLAS (ATen), so its prologue
+    stays a kernel."""
+    import tensorplay.nn.functional as F
+    x, w = _rand(37, 45, seed=3), _rand(30, 45, seed=4)
+    got, src = _compiled(lambda x, w: F.linear(F.gelu(x), w), _tp(x), _tp(w), mode=mode)
+    _check_pro(got, torch.nn.functional.gelu(x).double(), w.double().t(), out_dtype=torch.float32,
+               a_dtype=torch.float32)
+    assert "fused pointwise prologue" not in src and "extern kernel: linear" in src and len(_kernels(src)) == 1
+
+
+def test_rule_adds_a_cheap_prologue_to_a_template(monkeypatch):
+    """Under ``rule``, once the epilogue rule made the product a template (patched here: the sizes are
+    small), a prologue whose recomputation costs less than A's bytes joins it."""
+    import tensorplay.nn.functional as F
+    monkeypatch.setattr(mm, "choose", lambda *a, **k: "template")
+    x, w = _rand(37, 45, seed=3), _rand(30, 45, seed=4)
+    got, src = _compiled(lambda x, w: F.relu(F.linear(F.gelu(x), w)), _tp(x), _tp(w), mode="rule")
+    _one_fused_kernel(src, "GEMM + fused prologue and epilogue")
+    _check_pro(got, torch.nn.functional.gelu(x).double(), w.double().t(), out_dtype=torch.float32,
+               a_dtype=torch.float32, ref=(torch.nn.functional.gelu(x).double() @ w.double().t()).relu())
+
+
+def test_host_scalar_in_a_prologue(monkeypatch):
+    """A one-element host buffer (on a GPU: passed by value) P reads is a parameter of the fused
+    kernel (``pro_<name>``); in the interpreter every buffer is a host buffer, so without treating
+    it as a host scalar P reads two buffers and stays apart."""
+    from tensorplay.compiler.backends.stax.triton.backend import TritonBackend
+    x, s, w = _rand(37, 45, seed=3), _rand(5, seed=6), _rand(45, 30, seed=4)
+    f = lambda x, s, w: (x * s.sum()) @ w  # noqa: E731
+    got, src = _compiled(f, _tp(x[1:].contiguous()), _tp(s), _tp(w))        # (other sizes: not the cached graph below)
+    assert "fused pointwise prologue" not in src
+    torch.testing.assert_close(got.double(), (x[1:].double() * s.double().sum()) @ w.double(), rtol=1e-5, atol=1e-4)
+    monkeypatch.setattr(TritonBackend, "_host_scalars", lambda self, graph: frozenset(
+        b.name for b in graph.buffers if getattr(b, "layout", None) is not None and b.layout.size == ()))
+    want = (x.double() * s.double().sum()) @ w.double()
+    got, src = _compiled(f, _tp(x), _tp(s), _tp(w))
+    assert "pro_buf" in src and "# GEMM + fused prologue\n" in src and ".item()" in src
+    _check_pro(got, x.double() * s.sum().double(), w.double(), out_dtype=torch.float32, a_dtype=torch.float32,
+               ref=want)
+
+
+def test_schedule_dump_shows_the_fused_kernels(monkeypatch, capfd):
+    """TP_STAX_DEBUG=schedule: a prologue-only kernel lists the product it computes; with an epilogue
+    fused (the extern and P gone from both orders) the dump prints too."""
+    import tensorplay.nn.functional as F
+    monkeypatch.setenv("TP_STAX_DEBUG", "schedule")
+    x, w, v = _rand(37, 45, seed=3), _rand(30, 45, seed=4), _rand(30, seed=5)
+    _compiled(lambda x, w: F.linear(F.gelu(x), w), _tp(x), _tp(w))
+    err = capfd.readouterr().err
+    assert "# schedule: 1 groups" in err and "product memory (linear in this kernel)" in err
+    _compiled(lambda x, w, v: F.relu(F.linear(x * 3, w, v)), _tp(x), _tp(w), _tp(v))
+    assert "# schedule: 1 groups" in capfd.readouterr().err
+
+
+def test_prologue_rule():
+    """template_prologue.prologue_terms: fuse when recomputing the prologue per N block costs less than
+    the bytes of A (and, replacing cuBLAS, more than the template's deficit on a full wave)."""
+    from tensorplay.compiler.backends.stax.triton import template_prologue as tpro
+    bf = torch.bfloat16
+    # GPT-2's second MLP GEMM (M = 8192 tokens, 3072 -> 768), gelu of 5 ops: 3 N blocks of 256
+    t = tpro.prologue_terms(8192, 768, 3072, bf, 5, templated=False)
+    assert t["choice"] == "template" and t["n_blocks"] == 3 and t["saved_bytes"] == 2 * 8192 * 3072 * 2
+    assert t["t_saved"] - t["t_recompute"] >= t["deficit"] * t["t_gemm"]
+    # 4096^3: 16 N blocks; a cast (1 op) pays with an epilogue fused already, not against cuBLAS
+    assert tpro.prologue_terms(4096, 4096, 4096, bf, 1, templated=True)["choice"] == "template"
+    assert tpro.prologue_terms(4096, 4096, 4096, bf, 1, templated=False)["choice"] == "extern"
+    assert tpro.prologue_terms(4096, 4096, 4096, bf, 2, templated=True)["choice"] == "template"
+    t = tpro.prologue_terms(4096, 4096, 4096, bf, 3, templated=True)          # recomputed 16 times: too dear
+    assert t["choice"] == "extern" and t["t_recompute"] > t["t_saved"]
+    assert tpro.prologue_terms(8192, 128, 4096, bf, tpro.PROLOGUE_MAX_OPS + 1, templated=True)["choice"] == "extern"
+    assert tpro.prologue_terms(8192, 128, 4096, bf, tpro.PROLOGUE_MAX_OPS, templated=True)["choice"] == "template"
+    assert tpro.prologue_terms(64, 64, 64, bf, 1, templated=False)["choice"] == "extern"        # < one wave
 
 
 # ------------------------------------------------------------------------------------------------

@@ -113,6 +113,8 @@ def format_schedule(sched, kernels) -> str:
         for n in g.nodes:
             where = "local" if n.name in local else "memory"
             lines.append(f"    {n.name:8s} {Group.placement(n, sig) or '?':7s} {where}")
+        for n in g.absorbed:        # (an extern's result the kernel computes: a GEMM template's product)
+            lines.append(f"    {n.name:8s} {'product':7s} memory ({getattr(n.buf.op, 'name', n.buf.op)} in this kernel)")
     return "\n".join(lines)
 
 

@@ -117,6 +117,10 @@ class Group:
         self.order = node.order
         self.reads = set(node.reads)
         self.writes = {node.name}
+        #: extern nodes whose results this group's kernel computes instead (a device backend's
+        #: prepare_schedule: a matmul template with a fused prologue, triton/template_prologue.py);
+        #: the wrapper allocates their buffers for the kernel
+        self.absorbed: list = []
         if node.is_extern:
             self.sig = None
         elif node.is_reduction:

@@ -242,7 +242,7 @@ class BufferPlan:
 
     def allocations(self, g, params):
         """Yield (name, layout, reused buffer name or None) for every buffer kernel ``g`` writes."""
-        for n in g.nodes:
+        for n in g.nodes + g.absorbed:
             if n.name in params and params[n.name][1]:
                 lay = n.buf.layout
                 pool = self.free_pool.get((lay.size, lay.stride, lay.dtype))

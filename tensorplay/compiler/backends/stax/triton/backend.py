@@ -61,11 +61,13 @@ class TritonBackend(DeviceBackend):
 
     def prepare_schedule(self, graph, sched):
         """Matmul templates (template_fusion.py): an extern product and the pointwise group reading
-        it become one GEMM kernel with that group as its epilogue (knob ``stax.triton.templates``)."""
+        it become one GEMM kernel with that group as its epilogue, the pointwise group computing its
+        first operand as its prologue (template_prologue.py; knob ``stax.triton.templates``)."""
         from .... import config
         from . import template_fusion
-        self._local.fusions = template_fusion.fuse(graph, sched, config.get("stax.triton.templates"))
         self._local.host_scalars = self._host_scalars(graph)     # (once per graph, not per kernel)
+        self._local.fusions = template_fusion.fuse(graph, sched, config.get("stax.triton.templates"),
+                                                   self._local.host_scalars)
 
     def render(self, kernel_plan, name):
         from . import kernel       # looked up at each call (tools patch kernel.generate_kernel)
@@ -187,8 +189,9 @@ class TritonBackend(DeviceBackend):
         return lines
 
     def _template_definition(self, name, source, params, launch):
-        """A fused GEMM (template_fusion.py): a fixed grid, the operands and the epilogue's buffers,
-        then the sizes and strides as integers."""
+        """A fused GEMM (template_fusion.py): a fixed grid, the operands (C when no epilogue stores
+        it) and the epilogue's buffers and the prologue's scalars, then the sizes and strides as
+        integers."""
         cfg, ints = launch["config"], ", ".join(map(str, launch["ints"]))
         args = ", ".join(launch["args"])
         lines = [f"_{name} = load_kernel(r'''{source}''', '{name}'{', interpret=True' if self.interpret else ''})"]
@@ -203,7 +206,8 @@ class TritonBackend(DeviceBackend):
             if job is not None:
                 lines.append(job)
             call = f"_{name}_launch(None, {args}, {ints})"
-        return lines + [f"def {name}({', '.join(params)}):   # GEMM + fused epilogue", f"    {call}"]
+        return lines + [f"def {name}({', '.join(params)}):   # {launch.get('what', 'GEMM + fused epilogue')}",
+                        f"    {call}"]
 
     def kernel_call(self, name, params):
         return f"{name}({', '.join(p + '.item()' if kind == 'host scalar' else p for p, (kind, _) in params.items())})"

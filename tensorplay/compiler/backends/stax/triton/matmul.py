@@ -67,7 +67,7 @@ tile ``a`` (A's dtype), e.g. ``"a * 0.5"`` or ``"a.to(tl.float16)"``; its result
 reads (``dtype``: its dtype, when it casts).  It is legal when elementwise (checked: no loads,
 stores, reductions, program ids, dots; only ``a``, ``tl`` and ``libdevice`` named): the K tail is
 re-zeroed after it, so ``f(0) != 0`` is fine; it is recomputed once per N block, so it should be
-cheap.
+cheap (a compiled graph's pointwise group becomes one by template_prologue.py's rule).
 
 **Launch configs.**  ``{"BLOCK_M", "BLOCK_N", "BLOCK_K", "GROUP_M", "num_warps", "num_stages"}``;
 :data:`CONFIGS` names the table, :func:`default_config` picks the largest tile of the dtype's list
@@ -339,7 +339,7 @@ _sources: dict = {}
 
 def matmul_template(config: dict, *, epilogue=(), prologue: Prologue | None = None, a_dtype=torch.float32,
                     b_dtype=torch.float32, tf32: bool = False, even_k: bool = False, batched: bool = False,
-                    wide: bool = False, interpret: bool = False, tail=None) -> tuple:
+                    wide: bool = False, interpret: bool = False, tail=None, head=None) -> tuple:
     """``(source, kernel name, constexprs)`` of the GEMM template (module doc) for ``epilogue`` (a
     list of :class:`Epilogue`), ``prologue``, the operand dtypes, TF32 on or off, batched, 64-bit
     offsets (``wide``) and Triton's interpreter; ``constexprs``: the values of the trailing constexpr
@@ -347,14 +347,17 @@ def matmul_template(config: dict, *, epilogue=(), prologue: Prologue | None = No
     ``EVEN_K``: ``even_k`` says BLOCK_K divides K).  The source does not depend on ``config``: Triton
     compiles it once per block sizes.  ``tail``: ``(parameters, lines)`` that replace the store of C
     (a fused pointwise group printed over ``acc``, ``rm``, ``rn``: template_fusion.py); the kernel
-    then has no C parameters and takes ``parameters`` after the epilogue operands."""
+    then has no C parameters and takes ``parameters`` after the epilogue operands.  ``head``:
+    ``(parameters, lines)`` that replace ``prologue``'s expression (a fused pointwise group printed
+    over the loaded tile ``a``: template_prologue.py; ``prologue`` then only gives the dtype), its
+    ``parameters`` after the tail's."""
     check_config(config)
     steps = _as_steps(epilogue)
     for dt in (a_dtype, b_dtype):
         if dt not in _FLOATS:
             raise ValueError(f"matmul template: operands float16, bfloat16 or float32, got {dt}")
-    if tail is not None:
-        hit = _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret, tail)
+    if tail is not None or head is not None:
+        hit = _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret, tail, head)
     else:
         key = (steps, prologue, a_dtype, b_dtype, bool(tf32), batched, wide, interpret)
         hit = _sources.get(key)
@@ -366,11 +369,12 @@ def matmul_template(config: dict, *, epilogue=(), prologue: Prologue | None = No
     return source, name, constexprs
 
 
-def _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret, tail=None) -> tuple:
+def _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interpret, tail=None, head=None) -> tuple:
     ops = epilogue_operands(steps)
     optrs, ostrides = _operand_params(ops, batched)
     c_params = ["c_ptr"] if tail is None else []
     sig = (["a_ptr", "b_ptr"] + c_params + optrs + (list(tail[0]) if tail is not None else [])
+           + (list(head[0]) if head is not None else [])
            + ["M", "N", "K: tl.constexpr" if interpret else "K",
               "stride_am", "stride_ak", "stride_bk", "stride_bn"]
            + (["stride_cm", "stride_cn"] if tail is None else [])
@@ -415,8 +419,8 @@ def _print_matmul(steps, prologue, a_dtype, b_dtype, tf32, batched, wide, interp
             "    a = tl.load(a_ptrs, mask=rk[None, :] < K - k0 * BLOCK_K, other=0.0)",
             "    b = tl.load(b_ptrs, mask=rk[:, None] < K - k0 * BLOCK_K, other=0.0)"]
     if prologue is not None:
-        loop += [f"a = {prologue.expr}   # the prologue",
-                 "if not EVEN_K:   # f(0) need not be 0: the tail is zero again",
+        loop += (list(head[1]) if head is not None else [f"a = {prologue.expr}   # the prologue"])
+        loop += ["if not EVEN_K:   # f(0) need not be 0: the tail is zero again",
                  "    a = tl.where(rk[None, :] < K - k0 * BLOCK_K, a, tl.zeros_like(a))"]
     if a_in != dot or prologue is not None:
         loop.append(f"a = a.to({tl_type(dot)})")

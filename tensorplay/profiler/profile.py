@@ -19,8 +19,9 @@ free, through torch's profiler's allocation events: memory.py), ``with_stack`` (
 What is recorded (hooks.py; recorder.py): eager ops, autograd nodes, optimizer steps, the compile
 phases of ``tp.compile`` (capture, passes, AOT and the partition, lowering, scheduling, code
 generation, each compiler run and cache hit), Stax kernel calls with their model bytes and FLOPs
-(``kernel_plan.model_cost``; with ``machine={"bandwidth": B, "peak": P}`` also the fraction of the
-roofline ``max(bytes / B, flops / P) / time``), and ``record_function`` ranges.  Torch's profiler
+(``kernel_plan.model_cost``; with ``machine={"bandwidth": B, "peak": P}`` -- or the
+``utils.machine.MachineParameters`` of ``measure_machine()`` -- also the fraction of the roofline
+``max(bytes / B, flops / P) / time``), and ``record_function`` ranges.  Torch's profiler
 runs underneath only when memory or CUDA is asked for.
 
 Guarantees: with no profile recording nothing is installed (the dispatch and the compiled call do
@@ -126,6 +127,8 @@ class profile:
         self.activities = acts
         self.record_shapes, self.profile_memory, self.with_stack = record_shapes, profile_memory, with_stack
         self.schedule, self.on_trace_ready = schedule, on_trace_ready
+        if machine is not None and not isinstance(machine, dict):     # utils.machine.MachineParameters
+            machine = {"bandwidth": machine.B, "peak": machine.P}
         self.machine = dict(machine or {})
         self.rank = rank
         self.step_num = 0

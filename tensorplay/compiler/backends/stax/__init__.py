@@ -34,7 +34,6 @@ import contextlib
 
 from ...._tensor import Tensor, _wrap
 from .device import KernelBuildError
-from .kernel_plan import model_cost
 from ....profiler.recorder import span
 
 __all__ = ["stax_backend", "StaxStrictError", "compile_graph", "plan_graph"]
@@ -97,6 +96,7 @@ def compile_graph(gm, example_inputs, cpp_wrapper=False, options=None):
     ``options``: the compiled function's (the backend reads those it acts on: tuning on the GPU)."""
     from .codegen.wrapper import generate_wrapper
     from .device import backend_for
+    from .kernel_plan import model_cost
     backend = backend_for(example_inputs)
     with _scheduled(gm, example_inputs) as (graph, sched), span(f"stax codegen ({backend.name})", "compile"):
         backend.prepare_schedule(graph, sched)

@@ -25,7 +25,7 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["Stats", "median_ci", "time_fn", "cuda_time_fn", "is_cuda", "synchronize", "cuda_l2_bytes", "compare",
-           "paired_ratio", "speedup_decomposition", "machine_description", "format_table"]
+           "paired_ratio", "speedup_decomposition", "machine_description", "format_table", "json_safe"]
 
 
 def median_ci(sorted_xs, confidence=0.95):
@@ -237,8 +237,10 @@ def paired_ratio(res: dict, num: str, den: str) -> tuple:
 
 
 def speedup_decomposition(t_eager, t_compiled, bytes_eager, bytes_compiled):
-    """Prop. 13.3: S = t_e / t_c = rho * beta_c / beta_e with rho = bytes_e / bytes_c and
-    beta = bytes / time."""
+    """Prop. 13.3: S = t_e / t_c = rho * beta_c / beta_e with rho = bytes_e / bytes_c (the model
+    byte ratio: the structural factor, known before running) and beta = bytes / time (the
+    effective bandwidths: their ratio is the kernels' quality, which the byte model says nothing
+    about).  Returns ``{"S", "rho", "beta_e", "beta_c"}`` (bytes/s)."""
     rho = bytes_eager / bytes_compiled
     be = bytes_eager / t_eager
     bc = bytes_compiled / t_compiled
@@ -277,3 +279,15 @@ def format_table(rows, headers) -> str:
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     return "\n".join([line, sep] + body)
+
+
+def json_safe(x):
+    """``x`` (dicts, lists, tuples, numbers) with every float that is not finite as None, for
+    ``json.dump(..., allow_nan=False)``: a ratio to a variant that did not run, or N* = inf."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x

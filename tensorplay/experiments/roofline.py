@@ -2,7 +2,7 @@
 
     python -m tensorplay.experiments.roofline [--quick] [--out DIR] [--repeats N] [--no-torch-compile]
                                               [--cases ex1.1,exp] [--sweep-case ex1.1] [--sweep 10:26:1]
-                                              [--skip-sweep] [--skip-error-model]
+                                              [--skip-sweep] [--skip-error-model] [--steady]
 
 What it measures and the model each part checks (guide: docs/experiment1.md):
 
@@ -29,7 +29,10 @@ All numbers go to ``DIR/experiment1.json`` (times in ms, bandwidths in GB/s, FLO
 GFLOP/s; null where a value does not exist, e.g. N* of a compiled call that is not faster).
 matplotlib is optional: without it no PNG is written and everything else is.  ``--quick``: a
 quarter of each dimension (inputs of 4 MiB, inside a 32 MiB LLC: they run above the memory
-roof), fewer readings, a sweep to 2^22; the whole run takes a few minutes on 2 cores.
+roof), fewer readings, a sweep to 2^22; the whole run takes about 1.5 minutes on 2 cores.
+``--steady``: freed memory stays mapped (``utils.benchmark.keep_freed_memory``), so no variant pays
+page faults for its fresh outputs -- without it eager's fresh 64 MiB intermediates can dominate
+its time and S far exceeds rho.
 """
 from __future__ import annotations
 
@@ -47,8 +50,8 @@ from tensorplay.compiler.cost import break_even_calls, compiled_cost_analysis
 from tensorplay.experiments.cases import SIZES, cases, select
 from tensorplay.utils import machine as mach
 from tensorplay.utils import plots
-from tensorplay.utils.benchmark import (compare, format_table, json_safe, machine_description, paired_ratio,
-                                        speedup_decomposition, torch_variants)
+from tensorplay.utils.benchmark import (compare, format_table, json_safe, keep_freed_memory, machine_description,
+                                        paired_ratio, speedup_decomposition, torch_variants)
 from tensorplay.utils.error_model import sum_error_std, sum_tolerance
 
 __all__ = ["measure_case", "measure_cases", "roofline_rows", "decomposition_rows", "size_sweep", "sweep_rows",
@@ -209,7 +212,7 @@ def plot_sweep(path, points, caches, title=None):
             curves[f"t({label}) / t(tp compiled)"] = [q[key]["median"] for q in points]
     return plots.size_sweep_plot(path, [q["N"] for q in points], curves, caches,
                                  points[0]["input_bytes"] / points[0]["N"],
-                                 title=title or f"{points[0]['case']}: speed-up against N")
+                                 title=title or f"{points[0]['case']}: speed-up against N", rho=points[-1]["rho"])
 
 
 def error_model_check(R=8192, C=2048, ways=(1, 16, 32), seed=0) -> dict:
@@ -253,15 +256,21 @@ def main(argv=None) -> dict:
     p.add_argument("--no-torch-compile", action="store_true", help="leave torch.compile out (slow to compile)")
     p.add_argument("--cases", default="", help="cases of tables 13.1/13.2 by the start of their names")
     p.add_argument("--sweep-case", default="ex1.1")
-    p.add_argument("--sweep", default="", help="exponents a:b[:step] of the size sweep (default 10:26, --quick 10:22:2)")
+    p.add_argument("--sweep", default="",
+                   help="exponents a:b[:step] of the size sweep (default 10:26, --quick 10:22:2)")
     p.add_argument("--skip-sweep", action="store_true")
     p.add_argument("--skip-error-model", action="store_true")
+    p.add_argument("--steady", action="store_true",
+                   help="freed memory stays mapped (glibc mallopt): fresh outputs cost no page faults")
     a = p.parse_args(argv)
+    steady = keep_freed_memory() if a.steady else False
     repeats = a.repeats or (5 if a.quick else 15)
     readings = 5 if a.quick else 7
     tc = not a.no_torch_compile
     os.makedirs(a.out, exist_ok=True)
     print(f"machine: {machine_description()}")
+    print("allocation: " + ("steady state (freed memory stays mapped)" if steady else
+                            "fresh outputs (glibc's default: large buffers are mmap-ed and page-faulted)"))
     m = mach.measure_machine(rounds=1 if a.quick else 3, readings=readings, n=1024 if a.quick else 2048)
     print("caches: " + ", ".join(f"{k} {v / 2 ** 10:.0f} KiB" for k, v in sorted(m.caches.items())))
     print(f"{repeats} interleaved readings per variant in shuffled rounds; times: median [95% CI]\n")
@@ -274,9 +283,9 @@ def main(argv=None) -> dict:
     print("\nspeed-up decomposition S = rho * beta_c/beta_e (Prop. 13.3) and break-even N* = C / (t_e - t_c) "
           "(Prop. 13.4; C: first call, s):\n")
     print(format_table(*decomposition_rows(results)))
-    doc = {"machine": m.as_dict(), "date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": a.quick, "repeats": repeats,
-           "torch_compile": tc, "units": {"times": "ms", "bandwidths": "GB/s", "B": "bytes/s", "P": "FLOP/s"},
-           "cases": results, "figures": {}}
+    doc = {"machine": m.as_dict(), "date": time.strftime("%Y-%m-%d %H:%M %Z"), "quick": a.quick, "steady": steady,
+           "repeats": repeats, "torch_compile": tc,
+           "units": {"times": "ms", "bandwidths": "GB/s", "B": "bytes/s", "P": "FLOP/s"}, "cases": results, "figures": {}}
     figs = doc["figures"]
     figs["roofline"] = plots.roofline_plot(os.path.join(a.out, "roofline.png"), m.B, m.P,
                                            [dict(name=r["case"], **r["roofline"]) for r in results],

@@ -48,6 +48,16 @@ def save_plot(fig, path) -> str:
     return str(path)
 
 
+def _finish(fig, ax, path, xlabel, ylabel, title, legend_size) -> str:
+    """Labels, the legend to the right of the axes, a light grid; then ``save_plot``."""
+    ax.set_xlabel(xlabel)
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    ax.legend(fontsize=legend_size, loc="upper left", bbox_to_anchor=(1.01, 1.0))
+    ax.grid(True, which="both", alpha=0.2)
+    return save_plot(fig, path)
+
+
 def roofline_plot(path, B, P, points, title="") -> str | None:
     """The roof of read bandwidth ``B`` (bytes/s) and peak ``P`` (FLOP/s), and ``points``: dicts with
     ``name``, ``intensity`` (FLOP/byte) and ``achieved_flops`` (FLOP/s), each drawn and labelled.
@@ -55,7 +65,7 @@ def roofline_plot(path, B, P, points, title="") -> str | None:
     plt = pyplot()
     if plt is None:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 5))
+    fig, ax = plt.subplots(figsize=(9.5, 5))
     xs = [p["intensity"] for p in points]
     ridge = P / B
     lo, hi = min(xs + [ridge]) / 8, max(xs + [ridge]) * 8
@@ -69,13 +79,9 @@ def roofline_plot(path, B, P, points, title="") -> str | None:
         y = p["achieved_flops"] / 1e9
         ax.loglog([p["intensity"]], [y], markers[i % len(markers)], ms=7, label=f"{i + 1}: {p['name']}")
         ax.annotate(str(i + 1), (p["intensity"], y), textcoords="offset points", xytext=(4, 4), fontsize=8)
-    ax.set_xlabel("arithmetic intensity I = FLOPs / model bytes (FLOP/byte)")
-    ax.set_ylabel("GFLOP/s (achieved: FLOPs / median time)")
     ax.set_ylim(top=P / 1e9 * 3)
-    ax.set_title(title or "measured roofline")
-    ax.legend(fontsize=7, loc="lower right")
-    ax.grid(True, which="both", alpha=0.2)
-    return save_plot(fig, path)
+    return _finish(fig, ax, path, "arithmetic intensity I = FLOPs / model bytes (FLOP/byte)",
+                   "GFLOP/s (achieved: FLOPs / median time)", title or "measured roofline", 7)
 
 
 def speedup_plot(path, rows, title="") -> str | None:
@@ -111,38 +117,38 @@ def speedup_plot(path, rows, title="") -> str | None:
         axis.set_major_locator(LogLocator(base=2))
         axis.set_major_formatter(FormatStrFormatter("%g"))
         axis.set_minor_formatter(NullFormatter())
-    ax.set_xlabel("model byte ratio ρ = eager bytes / compiled bytes")
-    ax.set_ylabel("measured speed-up S = t_eager / t_compiled")
-    ax.set_title(title or "speed-up decomposition S = ρ · β_c/β_e")
-    ax.legend(fontsize=6.5, loc="upper left", bbox_to_anchor=(1.01, 1.0))
-    ax.grid(True, which="both", alpha=0.2)
-    return save_plot(fig, path)
+    return _finish(fig, ax, path, "model byte ratio ρ = eager bytes / compiled bytes",
+                   "measured speed-up S = t_eager / t_compiled",
+                   title or "speed-up decomposition S = ρ · β_c/β_e", 6.5)
 
 
-def size_sweep_plot(path, sizes, curves, caches, bytes_per_element, title="") -> str | None:
-    """Ratios against N: ``sizes`` the element counts, ``curves`` {label: [ratio per size, None
-    where not measured]}, ``caches`` {"L1": bytes, ...} drawn at N = bytes / ``bytes_per_element``
-    (the inputs' bytes per element of N: where the inputs alone fill that cache).  Returns ``path``,
-    or None without matplotlib."""
+def size_sweep_plot(path, sizes, curves, caches, bytes_per_element, title="", rho=None) -> str | None:
+    """Ratios against N (both axes logarithmic): ``sizes`` the element counts, ``curves`` {label:
+    [ratio per size, None where not measured]}, ``caches`` {"L1": bytes, ...} drawn at N = bytes /
+    ``bytes_per_element`` (the inputs' bytes per element of N: where the inputs alone fill that
+    cache); ``rho``: the case's model byte ratio, drawn as a horizontal line (what S approaches
+    once bytes dominate and both variants stream alike).  Returns ``path``, or None without
+    matplotlib."""
     plt = pyplot()
     if plt is None:
         return None
-    fig, ax = plt.subplots(figsize=(7.5, 4.5))
+    fig, ax = plt.subplots(figsize=(9.5, 4.5))
     markers = "os^vD"
     for i, (label, ys) in enumerate(curves.items()):
         pts = [(n, y) for n, y in zip(sizes, ys) if y is not None]
         if pts:
-            ax.semilogx([n for n, _ in pts], [y for _, y in pts], markers[i % len(markers)] + "-", base=2, label=label)
+            ax.loglog([n for n, _ in pts], [y for _, y in pts], markers[i % len(markers)] + "-", base=2, label=label)
     ax.axhline(1, color="black", lw=0.5)
+    if rho:
+        ax.axhline(rho, color="tab:blue", ls=":", lw=1, label=f"ρ = {rho:.2f} (model byte ratio)")
+    from matplotlib.ticker import FormatStrFormatter, NullFormatter
+    ax.yaxis.set_major_formatter(FormatStrFormatter("%g"))
+    ax.yaxis.set_minor_formatter(NullFormatter())
     top = ax.get_ylim()[1]
     for level, nbytes in sorted(caches.items()):
         n = nbytes / bytes_per_element
         ax.axvline(n, color="grey", ls="--", lw=1)
         ax.text(n, top, f" {level} {nbytes / 2 ** 20:.3g} MiB" if nbytes >= 2 ** 20 else f" {level} {nbytes >> 10} KiB",
                 rotation=90, va="top", ha="right", fontsize=8, color="grey")
-    ax.set_xlabel("N (elements per input)")
-    ax.set_ylabel("speed-up (ratio of median times)")
-    ax.set_title(title or "speed-up against size")
-    ax.legend(fontsize=8)
-    ax.grid(True, which="both", alpha=0.2)
-    return save_plot(fig, path)
+    return _finish(fig, ax, path, "N (elements per input)", "speed-up (ratio of median times)",
+                   title or "speed-up against size", 7.5)

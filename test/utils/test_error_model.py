@@ -76,7 +76,8 @@ def test_tolerance_covers_the_errors_and_is_far_below_the_worst_case():
     assert np.all(err <= bound) and np.all(tol < bound / 5)   # statistics vs worst case (§13.3)
     known = sum_tolerance(n, W, "float32", rms, mean=a32.mean(-1))
     assert np.all(err <= known) and np.all(known <= tol)
-    assert sum_tolerance(n, W, "float32", 1.0, paired=True) == pytest.approx(math.sqrt(2) * sum_tolerance(n, W, "float32", 1.0))
+    one = sum_tolerance(n, W, "float32", 1.0)
+    assert sum_tolerance(n, W, "float32", 1.0, paired=True) == pytest.approx(math.sqrt(2) * one)
 
 
 def test_unit_roundoff_of_every_spelling():

@@ -71,3 +71,19 @@ def test_machine_parameters_ridge_and_later_rounds(one_thread):
     d = m.as_dict()
     assert d["ridge"] == pytest.approx(m.P / m.B) and d["caches"] == {"L1": 1}
     assert "ridge P/B" in m.summary(3) and math.isfinite(m.ridge)
+
+
+def test_keep_freed_memory_takes_effect_in_a_fresh_process():
+    """glibc's mallopt from a running process (the steady state of ``--steady``), in a child so
+    that this test session's allocator stays as it is."""
+    import os
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+    code = "from tensorplay.utils.benchmark import keep_freed_memory; print(keep_freed_memory())"
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "PYTHONPATH": root})
+    assert r.returncode == 0, r.stderr[-2000:]
+    import platform
+    expected = "True" if platform.libc_ver()[0] == "glibc" else "False"
+    assert r.stdout.strip() == expected

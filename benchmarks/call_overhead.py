@@ -95,10 +95,10 @@ def main(argv=None):
     if a.cold:
         if cuda:    # the L2: a device buffer of 4x its size (60 MB on an H200), at least 256 MiB
             evict = torch.randn(max(4 * cuda_l2_bytes(), 256 << 20) // 4, device="cuda")
+            before = evict.sum
         else:
-            from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes
-            evict = torch.randn(max(4 * _last_level_cache_bytes(), 64 << 20) // 4)
-        r = compare(fns, repeats=a.repeats, number=1, warmup=100, before=evict.sum, device=a.device)
+            from tensorplay.utils.machine import evict_caches as before
+        r = compare(fns, repeats=a.repeats, number=1, warmup=100, before=before, device=a.device)
     else:
         r = compare(fns, repeats=a.repeats, number=a.number, warmup=100, device=a.device)
     rows = []

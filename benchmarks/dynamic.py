@@ -1,6 +1,6 @@
 """Dynamic shapes against static compilation (the chapter, §10 and experiment 5), in one run.
 
-(a) **Kernels.**  The fusion cases of table 13.1 (``benchmarks/table13.py``'s case list, the same
+(a) **Kernels.**  The fusion cases of table 13.1 (``tensorplay.experiments.cases``, the same
     functions and sizes) compiled twice, static (``tp.compile(strict_native=True)``) and
     ``dynamic=True``, both captured at the table's size and timed interleaved (chapter §13.1:
     shuffled rounds, medians with their 95% CI).  Reported per case: both medians, and the paired
@@ -44,7 +44,7 @@ import tensorplay as tp  # noqa: E402
 import tensorplay.nn.functional as F  # noqa: E402
 from tensorplay.utils.benchmark import compare, format_table, machine_description, paired_ratio  # noqa: E402
 
-#: the fusion cases of table 13.1 (table13.cases() also holds the single ops of table 13.2)
+#: the fusion cases of table 13.1 (experiments.cases.cases() also holds the single ops of table 13.2)
 TABLE_13_1 = ("ex1.1", "ex7.1", "softmax, five ops", "softmax, F.softmax", "ex7.2", "LayerNorm")
 VARIANTS = ("static", "dynamic", "torch.compile")
 TARGET = 0.95
@@ -55,7 +55,7 @@ WIDTH, HIDDEN, MAX_LEN = 64, 256, 512
 # (a) table 13.1, static against dynamic=True
 # ---------------------------------------------------------------------------------------------------
 def table(quick, repeats, warmup, only=""):
-    from table13 import cases
+    from tensorplay.experiments.cases import cases
     scale = 4 if quick else 1
     all_cases = cases(8192 // scale, 2048 // scale, 16384 // scale, 1000 // scale)
     picked = {k: v for k, v in all_cases.items() if k.startswith(TABLE_13_1)}

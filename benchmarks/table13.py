@@ -1,6 +1,6 @@
 """Reproduce tables 13.1 and 13.2 of the chapter on this machine (issue: Stax on CPU).
 
-Cases (8192 x 2048 float32 = 64 MiB; the softmax rows are 16384 x 1000):
+Cases (``tensorplay.experiments.cases``; 8192 x 2048 float32 = 64 MiB; the softmax rows are 16384 x 1000):
 
   table 13.1 (fusion): ex 1.1 (relu(x + w) * 2).sum(-1); ex 7.1 x / x.sum(-1, keepdim=True);
                        five-op softmax; F.softmax; ex 7.2 exp -> sum and amax; LayerNorm -> GELU -> x0.5
@@ -18,7 +18,8 @@ host's drift during the run cancels; ``utils.benchmark.paired_ratio``).  B is me
 of a 64 MiB tensor (torch eager), one round of 7 readings before every case and one after the last,
 and B = bytes / (the smallest round median) -- a capability parameter takes the minimum over
 repetitions (Prop. 13.1), each repetition summarised by its median like the cases themselves.
-Each reading of B starts with the last-level cache evicted (see ``bandwidth_round``): B is the
+Each reading of B starts with the last-level cache evicted (``tensorplay.utils.machine.bandwidth_round``,
+which also holds the GPU's probes): B is the
 main-memory read bandwidth the 64-128 MiB cases are bound by, not a rate the LLC partly serves.
 ``beta_c/B in-round`` goes further, for ex 1.1 (the target's case; inputs of more than twice the
 LLC, which the eviction before B's probe cannot disturb): B's probe (an evicted-cache row sum of
@@ -64,106 +65,19 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import statistics
 import sys
 import time
 
 import torch
 
 import tensorplay as tp
-import tensorplay.nn.functional as F
-from tensorplay.compiler.backends.stax.cpp.choices import _last_level_cache_bytes
-from tensorplay.utils.benchmark import (Stats, compare, cuda_l2_bytes, format_table, machine_description,
+from tensorplay.compiler.cost import compiled_cost_analysis
+from tensorplay.experiments.cases import SIZES, cases
+from tensorplay.utils.benchmark import (Stats, compare, cuda_l2_bytes, format_table, json_safe, machine_description,
                                        paired_ratio, speedup_decomposition, synchronize, torch_variants)
-
-# sizes (R, C, SR, SC) of ``cases`` on each device: R x C for the table-13.1/13.2 cases, SR x SC softmax rows
-SIZES = {"cpu": (8192, 2048, 16384, 1000), "cuda": (32768, 2048, 65536, 1000)}
-CUDA_PROBE_BYTES = 1 << 30     # B's probe on a GPU: at least this, and at least 16x the L2
-
-
-def five_op_softmax(x, lib):
-    m = x.amax(-1, keepdim=True)
-    e = (x - m).exp()
-    return e / e.sum(-1, keepdim=True)
-
-
-def cases(R=8192, C=2048, SR=16384, SC=1000):
-    """name -> (function over a tensor library, input shapes, eager bytes model in elements)."""
-    N = R * C
-    NS = SR * SC
-    return {
-        "ex1.1 (relu(x+w)*2).sum(-1)": (lambda x, w, L: (L.relu(x + w) * 2).sum(-1), [(R, C), (R, C)], 8 * N),
-        "ex7.1 x/x.sum(-1,keepdim)": (lambda x, L: x / x.sum(-1, keepdim=True), [(R, C)], 3 * N),
-        "softmax, five ops": (five_op_softmax, [(SR, SC)], 8 * NS),
-        "softmax, F.softmax": (lambda x, L: (F if L is tp else torch.nn.functional).softmax(x, -1), [(SR, SC)], 2 * NS),
-        "ex7.2 exp -> sum, amax": (lambda x, L: (x.exp().sum(-1), x.exp().amax(-1)), [(R, C)], 6 * N),
-        "LayerNorm -> GELU -> x0.5": (lambda x, L: (F if L is tp else torch.nn.functional).gelu(
-            (F if L is tp else torch.nn.functional).layer_norm(x, (x.shape[-1],))) * 0.5, [(R, C)], 6 * N),
-        "exp": (lambda x, L: x.exp(), [(R, C)], 2 * N),
-        "x + 1": (lambda x, L: x + 1, [(R, C)], 2 * N),
-        "relu": (lambda x, L: L.relu(x), [(R, C)], 2 * N),
-        "row sum": (lambda x, L: x.sum(-1), [(R, C)], N),
-        "row amax": (lambda x, L: x.amax(-1), [(R, C)], N),
-    }
-
-
-_BW_X = None
-_EVICT = None
-
-
-def bandwidth_round(readings=7):
-    """One round of the read-bandwidth probe: the row sum of 64 MiB (torch eager), ``readings``
-    readings with the last-level cache evicted before each (an untimed sum over a buffer of 4x
-    its size), after one warm-up call.  Returns (bytes per second of the median cold reading,
-    of the median of as many back-to-back readings).  B uses the cold readings: on a machine whose
-    LLC holds a large part of 64 MiB (32 MiB here), a back-to-back re-read is partly served from it
-    (up to twice the main-memory rate in one round), which no case of the table gets -- ex 1.1 reads
-    128 MiB per call, and every reading of a case follows another variant's pass over its inputs.
-    Main-memory traffic must dominate what is measured (chapter §13.5, construct validity)."""
-    global _BW_X, _EVICT
-    if _BW_X is None:
-        _BW_X = torch.randn(8192, 2048)
-        _EVICT = torch.randn(max(4 * _last_level_cache_bytes(), 64 << 20) // 4)
-    x = _BW_X
-    x.sum(-1)
-    cold, warm = [], []
-    for _ in range(readings):
-        _EVICT.sum()
-        t0 = time.perf_counter()
-        x.sum(-1)
-        cold.append(time.perf_counter() - t0)
-    for _ in range(readings):
-        t0 = time.perf_counter()
-        x.sum(-1)
-        warm.append(time.perf_counter() - t0)
-    nbytes = x.numel() * 4
-    return nbytes / statistics.median(cold), nbytes / statistics.median(warm)
-
-
-_CUDA_X = None    # B's probe on a GPU (CUDA_PROBE_BYTES) and the destination of the copy probe
-_CUDA_Y = None
-
-
-def cuda_bandwidth_round(readings=7):
-    """One round of the GPU's bandwidth probes, each reading timed with CUDA events
-    (``compare(device="cuda")``): the row sum of ``x``, a float32 tensor of 1 GiB (B: the device's
-    read bandwidth), and the device-to-device copy ``y.copy_(x)`` of it (read + write: 2 GiB moved),
-    ``readings`` readings of each, interleaved, after one warm-up call.  No cache is evicted: the
-    tensor is at least 16x the L2 (60 MB on an H200), so a pass over it leaves at most a
-    sixteenth of the next one's bytes in the L2.  Returns (bytes per second of the median read
-    reading, of the median copy reading)."""
-    global _CUDA_X, _CUDA_Y
-    if _CUDA_X is None:
-        nbytes = max(CUDA_PROBE_BYTES, 16 * cuda_l2_bytes())
-        _CUDA_X = torch.randn(-(-nbytes // (4 * 2048)), 2048, device="cuda")
-        _CUDA_Y = torch.empty_like(_CUDA_X)
-    x, y = _CUDA_X, _CUDA_Y
-    r = compare({"read": lambda: x.sum(-1), "copy": lambda: y.copy_(x)}, repeats=readings, warmup=1,
-                device="cuda")
-    nbytes = x.numel() * 4
-    return nbytes / r["read"].median, 2 * nbytes / r["copy"].median
+from tensorplay.utils.machine import (bandwidth_round, cuda_bandwidth_round, cuda_probe_tensors, evict_caches,
+                                      last_level_cache_bytes, probe_tensor)
 
 
 def main(argv=None):
@@ -195,7 +109,7 @@ def main(argv=None):
         table = {k: v for k, v in table.items() if any(k.startswith(w) for w in want)}
     rounds = []   # bandwidth rounds, one before every case and one at the end
     probe_round = cuda_bandwidth_round if cuda else bandwidth_round
-    cache = cuda_l2_bytes() if cuda else _last_level_cache_bytes()
+    cache = cuda_l2_bytes() if cuda else last_level_cache_bytes()
     print(f"machine: {machine_description(a.device)}")
     print("allocation: " + ("device outputs from PyTorch's CUDA caching allocator (freed blocks are reused)" if cuda
                             else "steady state (freed memory stays mapped: MALLOC_MMAP_MAX_=0)" if a.steady else
@@ -227,11 +141,11 @@ def main(argv=None):
         # B's probe in the case's own rounds, where the LLC eviction before it cannot change the
         # other readings: inputs of more than twice the LLC (ex 1.1) never stay in it anyway.  (On a
         # GPU nothing is evicted, and inputs of more than twice the L2 are every case's at full size.)
-        bw_x = _CUDA_X if cuda else _BW_X
+        bw_x = cuda_probe_tensors()[0] if cuda else probe_tensor()
         probe = bool(comp_bytes) and sum(t.numel() * t.element_size() for t in tins) > 2 * cache
         if probe:
             variants["B probe"] = lambda: bw_x.sum(-1)
-        r = compare(variants, repeats=a.repeats, warmup=a.warmup, before=None if cuda else {"B probe": _EVICT.sum},
+        r = compare(variants, repeats=a.repeats, warmup=a.warmup, before=None if cuda else {"B probe": evict_caches},
                     device=a.device)
         results.append(_case_result(name, shapes, r, eager_elems * 4, comp_bytes, compile_s, error,
                                     bw_x.numel() * 4 if probe else None))
@@ -242,7 +156,7 @@ def main(argv=None):
     B = max(first)
     if cuda:
         copy_bw = max(second)
-        mib = _CUDA_X.numel() * 4 / 2 ** 20
+        mib = cuda_probe_tensors()[0].numel() * 4 / 2 ** 20
         print(f"measured read bandwidth B = {B / 1e9:.1f} GB/s (device memory: row sum of {mib:.0f} MiB, "
               f"{mib * 2 ** 20 / cache:.0f}x the L2, no eviction; the smallest median of {len(rounds)} rounds of "
               f"7 readings spread over the run; round medians {min(first) / 1e9:.1f}-{B / 1e9:.1f} GB/s)")
@@ -286,15 +200,15 @@ def main(argv=None):
         bw = {"B_GBps": B / 1e9, "read_round_medians_GBps": [x / 1e9 for x in first]}
         if cuda:
             bw.update(copy_GBps=copy_bw / 1e9, copy_round_medians_GBps=[x / 1e9 for x in second],
-                      probe_bytes=_CUDA_X.numel() * 4)
+                      probe_bytes=cuda_probe_tensors()[0].numel() * 4)
         else:
-            bw.update(back_to_back_round_medians_GBps=[x / 1e9 for x in second], probe_bytes=_BW_X.numel() * 4)
+            bw.update(back_to_back_round_medians_GBps=[x / 1e9 for x in second], probe_bytes=probe_tensor().numel() * 4)
         doc = {"machine": machine_description(a.device), "device": a.device, "repeats": a.repeats,
                "warmup": a.warmup, "quick": a.quick, "steady": a.steady, "torch_compile": not a.no_torch_compile,
                "sizes": dict(zip(("R", "C", "SR", "SC"), (n // scale for n in SIZES[a.device]))),
                "times": "ms", "bandwidth": bw, "cases": results}
         with open(a.json, "w") as f:
-            json.dump(_finite(doc), f, indent=1, allow_nan=False)
+            json.dump(json_safe(doc), f, indent=1, allow_nan=False)
             f.write("\n")
         print(f"\nwrote {a.json}")
     return rows
@@ -314,7 +228,7 @@ def _compile(f_tp, pins, device):
         return None, None, None, f"{type(e).__name__}: {e}"
     compile_s = time.perf_counter() - t0
     try:
-        comp_bytes = _compiled_bytes(cf)
+        comp_bytes = compiled_cost_analysis(cf)["bytes_accessed"]
     except Exception as e:  # noqa: BLE001 -- the timings stand without the model's bytes
         print(f"  (no cost analysis of the compiled program: {type(e).__name__}: {e}; rho and beta_c: n/a)")
         comp_bytes = None
@@ -375,25 +289,6 @@ def _row(res, cuda):
     if cuda:
         row.insert(13, num(res["beta_c_over_copy"], ".0%"))   # after beta_c/B adj
     return tuple(row)
-
-
-def _finite(x):
-    """``x`` with every float that is not finite (a ratio to a variant that did not run) as None."""
-    if isinstance(x, float) and not math.isfinite(x):
-        return None
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    return x
-
-
-def _compiled_bytes(cf):
-    """Model bytes of the compiled program: the artifact's inputs + outputs + buffers it writes."""
-    e = cf._cache[0]
-    from tensorplay.compiler.cost import cost_analysis
-    return cost_analysis(e.lowered.graph_module,
-                         intermediate_bytes=getattr(e.artifact, "intermediate_bytes", None))["bytes_accessed"]
 
 
 if __name__ == "__main__":

@@ -4,6 +4,10 @@
 NaNs compare equal to NaNs, infinities must match in sign, and the default tolerance comes from the
 dtype (float64: rtol 1e-7; float32: rtol 1.3e-6; half types looser).  ``exact=True`` demands bit
 equality — right for an eager op against the ATen kernel it calls.
+
+``sum_tolerance(n, W, dtype, scale)`` is the tolerance of a W-way blocked sum of ``n`` terms of
+root mean square ``scale`` against its exact value (Corollary 13.1, ``tensorplay/utils/error_model.py``):
+use it where a test compares a sum with a float64 reference, instead of a hand-picked ``atol``.
 """
 from __future__ import annotations
 
@@ -11,8 +15,9 @@ import numpy as np
 import torch
 
 from ._tensor import Tensor
+from .utils.error_model import sum_tolerance
 
-__all__ = ["assert_close", "to_torch", "record_ops"]
+__all__ = ["assert_close", "to_torch", "record_ops", "sum_tolerance"]
 
 
 def to_torch(x):

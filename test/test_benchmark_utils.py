@@ -157,7 +157,7 @@ def test_table13_quick_json_with_a_case_that_does_not_compile(monkeypatch, tmp_p
 
     from tensorplay.compiler.backends.stax import StaxStrictError
     t13 = _table13()
-    monkeypatch.setattr(t13, "_last_level_cache_bytes", lambda: 1 << 20)
+    monkeypatch.setattr(t13, "last_level_cache_bytes", lambda: 1 << 20)
     real, compiles = t13.tp.compile, []
 
     def compile_(fn, **kw):

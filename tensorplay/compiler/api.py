@@ -805,9 +805,36 @@ class Compiled:
         src = getattr(self.artifact, "source", None)
         return src if src is not None else self.lowered.as_text()
 
-    def cost_analysis(self) -> dict:
-        from .cost import cost_analysis
-        return cost_analysis(self.lowered.graph_module, intermediate_bytes=getattr(self.artifact, "intermediate_bytes", None))
+    def cost_analysis(self, *, args=None, compile_s=None, t_eager=None, t_compiled=None, repeats=15) -> dict:
+        """FLOPs and model bytes of this artifact (compiler/cost.py): ``{"flops", "bytes_accessed",
+        "input_bytes", "output_bytes", "intermediate_bytes"}``.
+
+        With example inputs ``args`` (a tuple) or the times, also its compile amortisation (Prop.
+        13.4, ``cost.break_even_calls``): ``compile_s`` (C), ``t_eager_s``, ``t_compiled_s`` (seconds
+        per call), ``saving_per_call_s`` and ``break_even_calls`` = C / (t_e - t_c), ``inf`` when the
+        compiled call is not faster.  What is not given is measured on ``args``: t_e (the function
+        run eagerly) and t_c (this artifact) interleaved, medians of ``repeats`` readings; C by
+        lowering and compiling the function again for ``args``: what the first compile stored (the
+        kernel and compiled-graph caches, §11.1) is found again, so a measured C is a warm cache's
+        (capture and passes, little of the backend); pass the first call's time in a fresh process
+        with an empty ``TP_CACHE_DIR`` as ``compile_s`` for a cold one."""
+        from .cost import amortization, cost_analysis
+        out = cost_analysis(self.lowered.graph_module, intermediate_bytes=getattr(self.artifact, "intermediate_bytes", None))
+        times = (compile_s, t_eager, t_compiled)
+        if args is None and all(t is None for t in times):
+            return out
+        if args is None and any(t is None for t in times):
+            missing = [k for k, t in zip(("compile_s", "t_eager", "t_compiled"), times) if t is None]
+            raise ValueError(f"Compiled.cost_analysis: give args=(...) to measure {', '.join(missing)}, or give them")
+        if compile_s is None:
+            import time
+            t0 = time.perf_counter()
+            self.lowered._cf.lower(*args).compile()
+            compile_s = time.perf_counter() - t0
+        fn = self.lowered._cf.fn
+        out.update(amortization(lambda: fn(*args), lambda: self(*args), compile_s=compile_s, t_eager=t_eager,
+                                t_compiled=t_compiled, repeats=repeats))
+        return out
 
 
 class CompiledModule:

@@ -25,7 +25,8 @@ import time
 from dataclasses import dataclass
 
 __all__ = ["Stats", "median_ci", "time_fn", "cuda_time_fn", "is_cuda", "synchronize", "cuda_l2_bytes", "compare",
-           "paired_ratio", "speedup_decomposition", "machine_description", "format_table"]
+           "paired_ratio", "speedup_decomposition", "machine_description", "format_table", "json_safe",
+           "keep_freed_memory"]
 
 
 def median_ci(sorted_xs, confidence=0.95):
@@ -237,8 +238,10 @@ def paired_ratio(res: dict, num: str, den: str) -> tuple:
 
 
 def speedup_decomposition(t_eager, t_compiled, bytes_eager, bytes_compiled):
-    """Prop. 13.3: S = t_e / t_c = rho * beta_c / beta_e with rho = bytes_e / bytes_c and
-    beta = bytes / time."""
+    """Prop. 13.3: S = t_e / t_c = rho * beta_c / beta_e with rho = bytes_e / bytes_c (the model
+    byte ratio: the structural factor, known before running) and beta = bytes / time (the
+    effective bandwidths: their ratio is the kernels' quality, which the byte model says nothing
+    about).  Returns ``{"S", "rho", "beta_e", "beta_c"}`` (bytes/s)."""
     rho = bytes_eager / bytes_compiled
     be = bytes_eager / t_eager
     bc = bytes_compiled / t_compiled
@@ -277,3 +280,34 @@ def format_table(rows, headers) -> str:
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
     body = ["| " + " | ".join(str(c).ljust(w) for c, w in zip(r, widths)) + " |" for r in rows]
     return "\n".join([line, sep] + body)
+
+
+def json_safe(x):
+    """``x`` (dicts, lists, tuples, numbers) with every float that is not finite as None, for
+    ``json.dump(..., allow_nan=False)``: a ratio to a variant that did not run, or N* = inf."""
+    if isinstance(x, float) and not math.isfinite(x):
+        return None
+    if isinstance(x, dict):
+        return {k: json_safe(v) for k, v in x.items()}
+    if isinstance(x, (list, tuple)):
+        return [json_safe(v) for v in x]
+    return x
+
+
+def keep_freed_memory() -> bool:
+    """The steady state of a long-running program, from now on: glibc keeps freed memory mapped
+    (``mallopt``: no mmap-ed chunks, M_MMAP_MAX = 0; trim only above 2 GiB, M_TRIM_THRESHOLD), so a
+    fresh output reuses pages that are already mapped and costs no page faults.  (A fresh 64 MiB
+    output costs 16 K faults: example 1.1's eager chain read 164 ms per call before, 44 ms after, on
+    the 2-core development VM, 2026-12-03.)  The same as starting the process with
+    ``MALLOC_MMAP_MAX_=0`` (``benchmarks/table13.py --steady``).  Returns False where the C library
+    is not glibc (nothing changed)."""
+    import ctypes
+    import ctypes.util
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6")
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    M_TRIM_THRESHOLD, M_MMAP_MAX = -1, -4
+    return bool(mallopt(M_MMAP_MAX, 0)) and bool(mallopt(M_TRIM_THRESHOLD, ctypes.c_int(2 ** 31 - 1)))

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import functools
 import math
-import os
 
 from .... import config
 from ..choices import knob_views, price
@@ -41,20 +40,11 @@ KNOB_NAMES = {
 
 
 @functools.lru_cache(maxsize=None)
-def _last_level_cache_bytes(default=32 << 20) -> int:
-    """Size of the largest CPU cache (sysfs), or ``default`` where it cannot be read."""
-    sizes = []
-    base = "/sys/devices/system/cpu/cpu0/cache"
-    try:
-        for d in os.listdir(base):
-            if d.startswith("index"):
-                with open(os.path.join(base, d, "size")) as f:
-                    t = f.read().strip()
-                mult = {"K": 1 << 10, "M": 1 << 20, "G": 1 << 30}.get(t[-1:].upper(), 1)
-                sizes.append(int(t.rstrip("KMGkmg")) * mult)
-    except (OSError, ValueError):
-        pass
-    return max(sizes) if sizes else default
+def _last_level_cache_bytes() -> int:
+    """Size of the largest CPU cache (``tensorplay.utils.machine.cache_sizes``: sysfs, else sysconf,
+    else 32 MiB)."""
+    from .....utils.machine import last_level_cache_bytes
+    return last_level_cache_bytes()
 
 
 def stream_store_min_bytes() -> int:

@@ -84,7 +84,8 @@ def _sizes(group_sizes, m):
 
 
 def _real(*ts):
-    return all(type(t) is torch.Tensor and t.device.type != "meta" for t in ts)
+    """Tensors with data: not meta tensors, nor the fake tensors of symbolic capture."""
+    return all(t.device.type != "meta" and getattr(t, "fake_mode", None) is None for t in ts)
 
 
 def _ragged_dot_meta(lhs, rhs, group_sizes):

@@ -154,6 +154,19 @@ def test_compiled_strict_native_equals_eager():
     assert len(cf.recompile_reasons) == 0
 
 
+def test_compiled_symbolic_sizes_one_capture():
+    """dynamic=True: one graph for every m (the meta function needs no data)."""
+    def f(a, b, gs):
+        return (tp.ragged_dot(a, b, gs) * 2 + 1).relu()
+    cf = tp.compile(f, dynamic=True, strict_native=True)
+    b = tp.from_torch(rand(3, 4, 5, dtype=torch.float32, seed=20))
+    for m in (7, 11, 13):
+        a, gs = tp.from_torch(rand(m, 4, dtype=torch.float32, seed=m)), tp.tensor([2, m - 4, 1])
+        for _ in range(2):
+            assert_close(cf(a, b, gs), f(a, b, gs), exact=True, msg=str(m))
+    assert cf.counters["captures"] == 1
+
+
 def test_compiled_backward_equals_eager():
     def loss(a, b, gs):
         return tp.ragged_dot(a, b, gs).tanh().sum()

@@ -1,7 +1,7 @@
 """The op table (``OPS``) and everything generated from it.
 
 Importing this package registers every op (one module per family: pointwise, reduction, view,
-sorting, linalg, nn_ops, factories, random) and then installs, from the table alone:
+sorting, linalg, ragged, nn_ops, factories, random) and then installs, from the table alone:
 
 * free functions in this module's namespace (re-exported as ``tp.<name>``);
 * ``Tensor`` methods (unless ``Tensor`` defines the name itself, e.g. ``to``);
@@ -17,7 +17,7 @@ import numbers
 import torch
 
 from .registry import OPS, OpDef, call, get, register  # noqa: F401
-from . import factories, pointwise, reduction, view, sorting, linalg, nn_ops, functional_ops  # noqa: F401  (registration)
+from . import factories, pointwise, reduction, view, sorting, linalg, ragged, nn_ops, functional_ops  # noqa: F401  (registration)
 from .._tensor import Tensor
 
 __all__ = ["OPS", "OpDef", "get", "register"]

@@ -65,11 +65,14 @@ def persistent_blocks(now: int) -> list:
         d = t._data if isinstance(t, Tensor) else t
         if not isinstance(d, torch.Tensor) or d.device.type == "meta" or d.is_sparse:
             return None
+        if type(d).__name__ == "FakeTensor" or d.is_meta:      # (a capture's fake values own no memory)
+            return None
         try:
             st = d.untyped_storage()
-        except (RuntimeError, NotImplementedError):
+            ptr, n = st.data_ptr(), st.nbytes()
+        except (RuntimeError, NotImplementedError, TypeError):
             return None
-        return (str(d.device), st.data_ptr(), st.nbytes()) if st.nbytes() else None
+        return (str(d.device), ptr, n) if isinstance(n, int) and isinstance(ptr, int) and n and ptr else None
 
     def note(t, c):
         k = storage(t)

@@ -131,9 +131,10 @@ class Recorder:
             st = d.untyped_storage()
         except (AttributeError, RuntimeError, NotImplementedError):
             return
-        if d.device.type == "meta" or st.nbytes() == 0:
+        n = st.nbytes()
+        if d.device.type == "meta" or not isinstance(n, int) or n == 0:
             return
-        self.marks.append((time.time_ns(), str(d.device), st.data_ptr(), st.nbytes(), category))
+        self.marks.append((time.time_ns(), str(d.device), st.data_ptr(), n, category))
 
     def close(self) -> None:
         """End the spans left open (an op that raised, a profile stopped inside a span)."""

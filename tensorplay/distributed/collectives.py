@@ -261,7 +261,7 @@ def _inverse(perm):
 
 
 _KW = dict(method=False, function=False)
-if "dist_psum" not in OPS:
+if "dist_psum" not in OPS:          # (a reload of this module must not register them twice)
     register("dist_psum(Tensor self, int mesh, str[] axes) -> Tensor",
              lambda self, mesh, axes: _all_reduce(self, mesh, axes, "sum"),
              backward=lambda ctx, g: _op("dist_psum")(g, ctx.mesh, ctx.axes), save=(), **_KW,

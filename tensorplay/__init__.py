@@ -69,3 +69,11 @@ __version__ = "0.1.0"
 # nn / optim / data / checkpoints (imported last: they build on everything above)
 from . import nn, optim, profiler, utils  # noqa: E402
 from .serialization import load, save  # noqa: E402
+
+
+def __getattr__(name):
+    # tp.distributed is imported on first use: it adds its collectives to the op table
+    if name == "distributed":
+        import importlib
+        return importlib.import_module(".distributed", __name__)
+    raise AttributeError(f"module 'tensorplay' has no attribute {name!r}")

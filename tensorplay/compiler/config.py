@@ -9,7 +9,8 @@ accepts it.  Guarantees:
 
 * **One reader of the environment.**  No other module reads a ``TP_*`` variable; they ask
   :func:`get`, which reads the variable *at every call* (so a changed environment is seen, as
-  before), parses it by the knob's type and names the variable in the error on a bad value.
+  before), parses it by the knob's type and names the variable in the error on a bad value.  A
+  launcher gives the processes it starts a copy of the environment from :func:`child_environment`.
 * **Scoped changes.**  :func:`patch` overrides knobs inside a ``with`` block or a decorated
   function; an override beats the environment, which beats the default.  Unknown names and values
   of the wrong type raise (with the closest name, as ``tp.compile`` does for its options).
@@ -35,7 +36,7 @@ import threading
 from dataclasses import dataclass
 
 __all__ = ["Knob", "KNOBS", "MODES", "get", "patch", "digest", "watch", "knob", "options", "env_vars",
-           "resolve_options", "mode_options", "markdown_table"]
+           "resolve_options", "mode_options", "markdown_table", "child_environment"]
 
 
 @dataclass(frozen=True)
@@ -332,6 +333,14 @@ def options() -> list:
 def env_vars() -> dict:
     """Environment variable -> knob name, for every knob that has one."""
     return {k.env: n for n, k in KNOBS.items() if k.env}
+
+
+def child_environment(**updates) -> dict:
+    """A copy of this process's environment with ``updates`` set (as strings): what a launcher hands
+    to the processes it starts (tensorplay.distributed.launch: ``RANK``, ``WORLD_SIZE``, ...)."""
+    env = dict(os.environ)
+    env.update({k: str(v) for k, v in updates.items()})
+    return env
 
 
 def mode_options(mode=None) -> dict:

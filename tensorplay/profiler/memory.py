@@ -100,7 +100,8 @@ def persistent_blocks(now: int) -> list:
 
 
 def allocation_events(kineto_profile) -> list:
-    """``[(time ns, device, pointer, bytes)]`` (bytes < 0: a free) from a stopped
+    """``[(time ns, device, pointer, bytes, allocator total)]`` (bytes < 0: a free; the total: the
+    allocator's own count of allocated bytes after the event) from a stopped
     ``torch.profiler.profile(profile_memory=True)``, in time order."""
     out = []
     tree = kineto_profile.profiler.kineto_results.experimental_event_tree()
@@ -109,7 +110,7 @@ def allocation_events(kineto_profile) -> list:
         e = stack.pop()
         f = e.extra_fields
         if type(f).__name__ == "_ExtraFields_Allocation":
-            out.append((e.start_time_ns, str(f.device), int(f.ptr), int(f.alloc_size)))
+            out.append((e.start_time_ns, str(f.device), int(f.ptr), int(f.alloc_size), int(f.total_allocated)))
         stack.extend(e.children)
     out.sort(key=lambda x: x[0])
     return out
@@ -122,7 +123,12 @@ class MemoryTimeline:
     def __init__(self, persistent, events, marks, spans=(), end=None):
         self.blocks: list[Block] = list(persistent)
         live = {(b.device, b.ptr): b for b in self.blocks}
-        for t, dev, ptr, n in events:
+        #: per device, the largest total the allocator itself reported (the tracked allocator's peak:
+        #: on the CPU counted from the profile's start, on CUDA including what was live before)
+        self.allocator_peak = {}
+        for t, dev, ptr, n, *total in events:
+            if total:
+                self.allocator_peak[dev] = max(self.allocator_peak.get(dev, 0), total[0])
             if n > 0:
                 b = Block(dev, ptr, n, t, None)
                 self.blocks.append(b)

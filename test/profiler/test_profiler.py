@@ -202,6 +202,7 @@ def test_memory_timeline_peak_equals_the_hand_computed_peak(tmp_path):
     peak, at = mt.peak()
     assert mt.persistent >= keep._data.nbytes
     assert peak - mt.persistent == 6 * 2 ** 20
+    assert mt.allocator_peak["cpu"] == 6 * 2 ** 20       # the CPU allocator counts from the profile's start
     live = mt.live_at_peak()
     assert sorted(b.nbytes for b in live if b.start is not None) == [2 * 2 ** 20, 4 * 2 ** 20]
     assert any(b.allocated_by == "op: repeat" for b in live)

@@ -15,11 +15,14 @@ Read in this order -- one stage per module:
 ``array.py``       :class:`ShardedArray`: global shape, sharding, local block; :func:`device_put`
                    and ``gather``
 ``shard_map.py``   manual mode: :func:`shard_map` runs a function on the local blocks
+``collective_      :func:`collective_matmul`: input blocks around the ring, weights stay, the next
+matmul.py``        transfer overlapped with the current product (seed 001 §5)
 =================  ================================================================================
 
 Of the seed's three modes only the manual one is here: the body sees local blocks and the user
-writes the collectives.  Explicit mode (propagating shardings through global-array code),
-collective matmul and MoE routing build on these pieces and are not part of this package yet.
+writes the collectives.  Explicit mode (propagating shardings through global-array code) and
+expert parallelism for MoE (tensorplay/nn/moe.py routes on one process) build on these pieces and
+are not part of this package yet.
 docs/distributed.md walks through the model with examples.
 """
 from __future__ import annotations
@@ -31,8 +34,9 @@ from .collectives import (all_gather, all_to_all, axis_index, axis_size, pmax, p
                           psum_scatter)
 from .array import Shard, ShardedArray, device_put
 from .shard_map import ShardMapped, shard_map
+from .collective_matmul import collective_matmul
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "local_device",
            "Mesh", "make_mesh", "AxisGroup", "PartitionSpec", "P", "NamedSharding",
            "psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all", "axis_index",
-           "axis_size", "ShardedArray", "Shard", "device_put", "shard_map", "ShardMapped"]
+           "axis_size", "ShardedArray", "Shard", "device_put", "shard_map", "ShardMapped", "collective_matmul"]

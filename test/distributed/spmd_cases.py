@@ -26,7 +26,7 @@ SIZES = {"X": 2, "Y": 2}
 ROWS = 2                       # rows of x per rank
 X_SHAPE = (ROWS * WORLD, 4)
 SCENARIOS = ("placement", "permuted_mesh", "collectives", "spec_cases", "no_reduce", "axis_index", "compile",
-             "seed_examples", "errors")
+             "seed_examples", "collective_matmul", "errors")
 #: a mesh whose device ids are not in row-major order: rank -> its (X, Y) coordinates
 PERMUTED_DEVICES = [[3, 1], [0, 2]]
 PERMUTED_COORDS = {3: (0, 0), 1: (0, 1), 0: (1, 0), 2: (1, 1)}

@@ -179,7 +179,23 @@ def errors():
     return out
 
 
-SCENARIOS = {"placement": placement, "permuted_mesh": permuted_mesh, "collectives": collectives,
+def collective_matmul():
+    """Seed 001 §5's 4-device example through D.collective_matmul (exact), and its gradients."""
+    mesh = D.Mesh(np.arange(4), ("Y",))
+    placement = D.NamedSharding(mesh, D.P(None, "Y"))
+    f = D.shard_map(lambda a, w: D.collective_matmul(a, w, "Y"), mesh=mesh,
+                    in_specs=(D.P(None, "Y"), D.P(None, "Y")), out_specs=D.P(None, "Y"))
+    a = tp.arange(16, dtype=tp.float32).reshape(2, 8)
+    w = tp.arange(64, dtype=tp.float32).reshape(8, 8)
+    out = f(D.device_put(a, placement), D.device_put(w, placement))
+    ag, wg = (tp.from_torch(C.ints(s, shape)).requires_grad_() for s, shape in ((31, (3, 8)), (32, (8, 12))))
+    c = tp.from_torch(C.ints(33, (3, 12)))
+    (f(D.device_put(ag, placement), D.device_put(wg, placement)).gather() * c).sum().backward()
+    return {"out": t(out.gather()), "out_local_shape": list(out.local().shape), "grad_a": t(ag.grad),
+            "grad_w": t(wg.grad)}
+
+
+SCENARIOS = {"collective_matmul": collective_matmul, "placement": placement, "permuted_mesh": permuted_mesh, "collectives": collectives,
              "spec_cases": spec_cases, "no_reduce": no_reduce, "axis_index": axis_index, "compile": compile_,
              "seed_examples": seed_examples, "errors": errors}
 

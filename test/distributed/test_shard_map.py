@@ -129,6 +129,17 @@ def test_seed_local_work_and_ring_matmul(spmd):
         assert rec["ring_local_shape"] == [2, 2] and torch.equal(rec["ring"], a @ w)
 
 
+def test_seed_collective_matmul_exact_and_its_gradients(spmd):
+    a = torch.arange(16, dtype=torch.float32).reshape(2, 8)
+    w = torch.arange(64, dtype=torch.float32).reshape(8, 8)
+    ag, wg = (C.ints(s, shape).requires_grad_() for s, shape in ((31, (3, 8)), (32, (8, 12))))
+    ((ag @ wg) * C.ints(33, (3, 12))).sum().backward()
+    for r in range(C.WORLD):
+        rec = _scenario(spmd, r, "collective_matmul")
+        assert rec["out_local_shape"] == [2, 2] and torch.equal(rec["out"], a @ w)
+        assert torch.equal(rec["grad_a"], ag.grad) and torch.equal(rec["grad_w"], wg.grad)
+
+
 def test_mesh_size_must_equal_world_size(spmd):
     for r in range(C.WORLD):
         rec = _scenario(spmd, r, "errors")

@@ -72,6 +72,7 @@ def _backward(ctx, grad):
 if "dist_collective_matmul" not in OPS:       # (a reload of this module must not register it twice)
     register("dist_collective_matmul(Tensor a, Tensor w, int mesh, str[] axes) -> Tensor",
              _collective_matmul_kernel, backward=_backward, save=("a", "w"), method=False, function=False,
+             tags=("collective",),
              doc="collective matmul over mesh axes (tensorplay.distributed.collective_matmul)")
 
 

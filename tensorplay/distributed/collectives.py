@@ -49,7 +49,7 @@ from ..ops.registry import OPS, register
 from .mesh import Mesh
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all",
-           "axis_index", "axis_size", "bound_mesh", "mesh_id", "mesh_of"]
+           "axis_index", "axis_size", "bound_mesh", "mesh_id", "mesh_of", "participants"]
 
 
 # ---- meshes by number, and the mesh a body is bound to -----------------------------------------
@@ -260,7 +260,7 @@ def _inverse(perm):
     return [v for s, d in _pairs(perm) for v in (d, s)]
 
 
-_KW = dict(method=False, function=False)
+_KW = dict(method=False, function=False, tags=("collective",))
 if "dist_psum" not in OPS:          # (a reload of this module must not register them twice)
     register("dist_psum(Tensor self, int mesh, str[] axes) -> Tensor",
              lambda self, mesh, axes: _all_reduce(self, mesh, axes, "sum"),
@@ -373,6 +373,14 @@ def axis_index(axis_name) -> int:
     """This process's position along ``axis_name`` (a tuple of axes: the linear index, first major)."""
     mesh, _, axes = _resolve(axis_name, "axis_index")
     return mesh.linear_index(mesh.process_index(), axes)
+
+
+def participants(op, raw) -> tuple:
+    """The ranks that take part in one call of collective ``op`` (its canonical arguments ``raw``):
+    the profiler's key for matching the call across the ranks' traces."""
+    names = op.schema.arg_names
+    g = _group(raw[names.index("mesh")], list(raw[names.index("axes")]))
+    return tuple(g.ranks)
 
 
 def axis_size(axis_name) -> int:

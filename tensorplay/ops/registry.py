@@ -16,7 +16,7 @@ about the op, so that no other part of the system keeps a second list:
               without it the model counts by tags)
 ``tags``      pointwise, reduction, view, inplace, random, factory, linalg, nn, nondeterministic,
               comparison, scan, sort, indexing, dynamic_shape, nondifferentiable, loss, shape, conv,
-              may_copy (below)
+              may_copy, collective (below)
 ============  ==============================================================================
 
 A few tags answer a compiler's questions about an op, so that no pass keeps a list of names:
@@ -24,7 +24,8 @@ A few tags answer a compiler's questions about an op, so that no pass keeps a li
 (``reshape``, ``flatten``, ``contiguous``: they may or may not alias their input); ``conv`` the
 convolutions and their backward ops; ``sort`` the ops computed by sorting or selection (sort,
 topk, kthvalue, median, mode, unique); ``scan`` the cumulative ops; ``linalg`` the matrix
-products.
+products; ``collective`` the communication between processes (tensorplay.distributed: the profiler
+records their bytes and matches them across ranks).
 
 From the table we generate the free functions (``tp.add``), the ``Tensor`` methods, the Python
 operators (``__add__``/``__radd__``) and the in-place variants (``add_``).
@@ -57,7 +58,7 @@ class DataDependentShapeError(RuntimeError):
 
 TAGS = frozenset({"pointwise", "reduction", "view", "inplace", "random", "factory", "linalg", "nn",
                   "nondeterministic", "comparison", "scan", "sort", "indexing", "dynamic_shape",
-                  "nondifferentiable", "loss", "shape", "conv", "may_copy"})
+                  "nondifferentiable", "loss", "shape", "conv", "may_copy", "collective"})
 
 
 @dataclass

@@ -9,5 +9,7 @@ them together).
 """
 from .profile import ProfilerAction, ProfilerActivity, profile, record_function, schedule, trace_handler
 from .recorder import span
+from .trace import merge_traces
 
-__all__ = ["profile", "record_function", "schedule", "ProfilerActivity", "ProfilerAction", "trace_handler", "span"]
+__all__ = ["profile", "record_function", "schedule", "ProfilerActivity", "ProfilerAction", "trace_handler", "span",
+           "merge_traces"]

@@ -48,8 +48,25 @@ def _before_op(op, args, raw):
         a = {"input_shapes": shapes, "input_dtypes": [str(x.dtype) if hasattr(x, "dtype") else None for x in raw]}
     if rec.with_stack:
         a = {**(a or {}), "source": _user_frame()}
+    if "collective" in op.tags:
+        a = {**(a or {}), **_collective_args(rec, op, raw)}
     rec.stack.append((op, rec.begin(op.name, "op", a)))
     return raw
+
+
+def _collective_args(rec, op, raw) -> dict:
+    """A collective's bytes (its tensor inputs) and its group id: the same on every rank that takes
+    part in the call (the op, the participating ranks, the call's number among theirs), so that the
+    critical path across merged traces sees one collective (critical_path.py: ``collective``)."""
+    from ..distributed.collectives import participants
+    try:
+        ranks = participants(op, raw)
+    except Exception:       # (not a mesh collective, or no process group: a local call)
+        ranks = ()
+    key = (op.name, ranks)
+    k = rec.collectives[key] = rec.collectives.get(key, 0) + 1
+    nbytes = sum(x.numel() * x.element_size() for x in raw if hasattr(x, "element_size"))
+    return {"collective": f"{op.name}:{','.join(map(str, ranks))}#{k}", "bytes": nbytes}
 
 
 def _after_op(op, args, outs):

@@ -130,7 +130,7 @@ class profile:
         if machine is not None and not isinstance(machine, dict):     # utils.machine.MachineParameters
             machine = {"bandwidth": machine.B, "peak": machine.P}
         self.machine = dict(machine or {})
-        self.rank = rank
+        self.rank = rank if rank is not None else _distributed_rank()
         self.step_num = 0
         self._rec = None          # the Recorder of the cycle being recorded
         self._result = None       # (Recorder, gpu spans, flows, MemoryTimeline) of the last cycle
@@ -261,6 +261,15 @@ class profile:
         """The critical-path report of the recorded trace (critical_path.py)."""
         from .critical_path import analyze_trace
         return analyze_trace(self.trace())
+
+
+def _distributed_rank():
+    """This process's rank in an initialised ``torch.distributed`` group, else None."""
+    import sys
+    dist = sys.modules.get("torch.distributed")
+    if dist is None or not dist.is_available() or not dist.is_initialized():
+        return None
+    return dist.get_rank()
 
 
 def _cuda_available() -> bool:

@@ -98,6 +98,7 @@ class Recorder:
         self.record_shapes, self.with_stack = record_shapes, with_stack
         self.spans: list[Span] = []
         self.marks: list[tuple] = []      # (time ns, device str, data_ptr, nbytes, category)
+        self.collectives: dict = {}       # (op name, ranks) -> calls so far (hooks._collective_args)
         self.started = time.time_ns()
         self._ids = itertools.count(1)
         self._local = threading.local()

@@ -26,7 +26,7 @@ import json
 import os
 from collections import defaultdict
 
-__all__ = ["chrome_trace", "write_trace", "KeyAverages", "self_times"]
+__all__ = ["chrome_trace", "write_trace", "read_trace", "merge_traces", "KeyAverages", "self_times"]
 
 
 def _us(t, t0) -> float:
@@ -73,7 +73,8 @@ def chrome_trace(spans, t0, *, gpu_spans=(), flows=(), memory=None, rank=None, p
                              "tid": 0, "args": {c: round(v[i] / 2 ** 20, 4) for c, v in series.items() if any(v)}})
     body.sort(key=lambda e: (e["ts"], 0 if e["ph"] != "X" else -e.get("dur", 0)))
     return {"traceEvents": ev + body, "displayTimeUnit": "ms",
-            "otherData": {"tool": "tensorplay.profiler", "clock": "wall-clock ns since the profile began / 1e3"}}
+            "otherData": {"tool": "tensorplay.profiler", "clock": "wall-clock ns since the profile began / 1e3",
+                          "t0_ns": t0}}
 
 
 def _jsonable(args) -> dict:
@@ -97,6 +98,43 @@ def write_trace(trace: dict, path) -> None:
     else:
         with open(path, "wb") as f:
             f.write(data)
+
+
+def read_trace(source) -> dict:
+    """A trace dict from a dict or a ``.json`` / ``.json.gz`` path."""
+    if isinstance(source, dict):
+        return source
+    path = str(source)
+    opener = gzip.open if path.endswith(".gz") else open
+    with opener(path, "rt") as f:
+        return json.load(f)
+
+
+def merge_traces(traces, path=None) -> dict:
+    """One trace of several processes' (the ranks of a distributed run): their events side by side,
+    one process track per rank (each trace's ``pid`` is its process's id; two traces of one process
+    -- two profiles of one rank -- must not be merged).  The ranks' clocks are the machine's wall
+    clock (one host), so their spans line up; a collective's spans carry the same ``collective``
+    group id on every rank, which critical_path.py matches.  Written to ``path`` when given."""
+    ts = [read_trace(t) for t in traces]
+    pids = [{e["pid"] for e in t["traceEvents"] if e["ph"] != "M"} for t in ts]
+    for i in range(len(pids)):
+        for j in range(i):
+            if pids[i] & pids[j]:
+                raise ValueError(f"merge_traces: traces {j} and {i} share process ids {sorted(pids[i] & pids[j])} "
+                                 f"(profiles of one process: export one trace per rank)")
+    t0s = [t.get("otherData", {}).get("t0_ns", 0) for t in ts]
+    origin = min(t0s)
+    meta = [e for t in ts for e in t["traceEvents"] if e["ph"] == "M"]
+    shifted = [{**e, "ts": round(e["ts"] + (t0 - origin) / 1e3, 3)} for t, t0 in zip(ts, t0s)
+               for e in t["traceEvents"] if e["ph"] != "M"]
+    body = sorted(shifted,
+                  key=lambda e: (e["ts"], 0 if e["ph"] != "X" else -e.get("dur", 0)))
+    merged = {"traceEvents": meta + body, "displayTimeUnit": "ms",
+              "otherData": {"tool": "tensorplay.profiler", "merged": len(ts), "t0_ns": origin}}
+    if path is not None:
+        write_trace(merged, path)
+    return merged
 
 
 def self_times(spans) -> dict:

@@ -295,33 +295,43 @@ def _start_kineto(activities, memory):
 
 def _gpu_spans(kin, rec):
     """GPU kernel spans of torch's profiler as recorder Spans (tid: (device, stream)), with the
-    flows from the host span that launched each: the innermost Stax kernel span (or other span)
-    around the launch call of the same correlation id."""
+    flows from the host span that launched each: the innermost span around the launch call of the
+    same correlation id; a kernel whose launch call was not recorded (a driver entry point the
+    profiler does not trace) is bound to the earliest unbound Stax kernel span of its name that
+    began before it (launches run in order on a stream)."""
     import torch
     evs = kin.profiler.kineto_results.events()
     launches = {e.correlation_id(): e for e in evs if e.device_type() == torch.autograd.DeviceType.CPU
                 and e.name() in _LAUNCHES}
     host = sorted((s for s in rec.spans if s.end is not None), key=lambda s: s.start)
+    by_name = {}
+    for h in host:
+        if h.cat == "kernel":
+            by_name.setdefault(h.name, []).append(h)
+    bound = set()
     gpu, flows = [], []
     ids = 10 ** 9
-    for e in evs:
-        if e.device_type() != torch.autograd.DeviceType.CUDA or e.name() in _LAUNCHES:
-            continue
+    for e in sorted((e for e in evs if e.device_type() == torch.autograd.DeviceType.CUDA and e.name() not in _LAUNCHES),
+                    key=lambda e: e.start_ns()):
         ids += 1
         s = recorder.Span(e.name(), "gpu kernel", e.start_ns(), (e.device_index(), e.device_resource_id()), {}, ids)
         s.end = e.end_ns()
+        h = None
         launch = launches.get(e.correlation_id())
         if launch is not None:
             t = launch.start_ns()
-            around = [h for h in host if h.start <= t <= h.end]
-            if around:
-                h = min(around, key=lambda h: h.dur)
-                flows.append((h, s))
-                if "model_bytes" in h.args:
-                    h.args["on_device"] = True
-                    s.args.update(model_bytes=h.args["model_bytes"], model_flops=h.args["model_flops"],
-                                  stax_kernel=h.name, graph=h.args.get("graph"))
-                    if s.dur > 0:
-                        s.args["achieved_GBps"] = round(h.args["model_bytes"] / s.dur, 3)
+            around = [x for x in host if x.start <= t <= x.end]
+            h = min(around, key=lambda x: x.dur) if around else None
+        if h is None:
+            h = next((x for x in by_name.get(e.name(), ()) if x.id not in bound and x.start <= s.start), None)
+        if h is not None:
+            bound.add(h.id)
+            flows.append((h, s))
+            if "model_bytes" in h.args:
+                h.args["on_device"] = True
+                s.args.update(model_bytes=h.args["model_bytes"], model_flops=h.args["model_flops"],
+                              stax_kernel=h.name, graph=h.args.get("graph"))
+                if s.dur > 0:
+                    s.args["achieved_GBps"] = round(h.args["model_bytes"] / s.dur, 3)
         gpu.append(s)
     return gpu, flows

@@ -22,13 +22,13 @@ def test_merged_rank_traces_and_the_critical_path(tmp_path):
     pid_of = {e["pid"]: e["args"]["name"][-2] for e in merged["traceEvents"] if e["name"] == "process_name"}
     work = {pid_of[e["pid"]]: e for e in xs if e["name"] == "work"}
     psum = {pid_of[e["pid"]]: e for e in psums}
-    assert psum["0"]["dur"] > 20e3          # rank 0's all-reduce bar includes ~30 ms of waiting
+    assert psum["0"]["dur"] > 70e3          # rank 0's all-reduce bar includes ~140 ms of waiting
     cp = analyze_trace(tmp_path / "merged.json.gz")
     rows = {(r.activity.track, r.name): r for r in cp.rows.values()}
     track = {k: (e["pid"], e["tid"]) for k, e in work.items()}
     fast, slow = rows[(track["0"], "work")], rows[(track["1"], "work")]
     assert slow.on_path and not fast.on_path and fast.added == 0
-    assert fast.slack == pytest.approx(slow.duration - fast.duration, rel=0.2)
+    assert fast.slack > 0.5 * (slow.duration - fast.duration)
     p0 = rows[(track["0"], "dist_psum")]
     assert p0.busy < p0.duration / 2        # most of the fast rank's bar is waiting, not work
     assert cp.what_if({fast.id: fast.busy / 2}) == pytest.approx(cp.total, rel=1e-6)

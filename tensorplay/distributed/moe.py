@@ -25,9 +25,15 @@ router and the expert weights: every step is differentiable and the exchange's d
 reverse exchange (collectives.py).  Uneven loads are the normal case: the split sizes are whatever
 the routing produced, including zero.  The counts are read on the host (the shapes of what arrives
 depend on them; under ``tp.compile`` those reads would be data gates, specialising the graph to
-one routing -- a compiled layer is not tested).  No capacity: ``capacity`` raises
-``NotImplementedError`` (the single-process rule keeps each expert's first ``C`` records in
-*global* token order, which sharded tokens do not have without one more exchange).
+one routing -- a compiled layer is not tested).
+
+Capacity follows tensorplay/nn/moe.py's rule: each expert keeps its first ``C`` records in token
+order.  The global token order is member-major (the tokens are sharded in blocks), and the rows of
+one expert arrive in source-member order, each source's in its token order, so after the stable
+regrouping they are already in global token order: the receiver keeps the first ``C`` of each
+local expert and places the rest after the last group, where ``ragged_dot`` gives zero rows.
+Those return zeros (their weight times zero: no contribution, no gradient), exactly like the
+single-process layer's dropped records; ``dropped`` is the psum of the members' dropped rows.
 
 Auxiliary loss: computed **globally**, ``E · Σ_e f_e · P_e`` with ``f`` the fraction of *all*
 members' records routed to ``e`` (the counts psum'd over the axis) and ``P`` the mean router
@@ -66,9 +72,14 @@ def _experts_per_member(num_experts: int, n: int, who: str) -> int:
     return num_experts // n
 
 
-def dispatch_to_experts(h, expert_ids, gates, num_experts: int, axis_name) -> ExpertDispatch:
+def dispatch_to_experts(h, expert_ids, gates, num_experts: int, axis_name, capacity: int | None = None
+                        ) -> ExpertDispatch:
     """Send every record of ``h: [S, D]`` (routed to ``expert_ids: [S, k]`` with ``gates``) to the
-    member that owns its expert, and group what this member receives by its local expert."""
+    member that owns its expert, and group what this member receives by its local expert.
+
+    ``capacity=C`` keeps each expert's first ``C`` received rows -- which are its first ``C``
+    records in global token order (module doc) -- and moves the others after the last group,
+    where ``ragged_dot`` gives zero rows: they return zero outputs and get no gradient."""
     n = axis_size(axis_name)
     per = _experts_per_member(num_experts, n, "dispatch_to_experts")
     d = _moe.dispatch(h, expert_ids, gates, num_experts)
@@ -79,9 +90,17 @@ def dispatch_to_experts(h, expert_ids, gates, num_experts: int, axis_name) -> Ex
     # the local expert of every received row: its piece's index (source-major) modulo E/n
     ends = _ops.cumsum(got.reshape(-1), 0)
     piece = (_ops.arange(sum(recv), device=h.device).unsqueeze(1) >= ends.unsqueeze(0)).sum(1)
-    order = _ops.argsort(piece % per, stable=True)
+    key = piece % per
+    order = _ops.argsort(key, stable=True)
+    group_sizes = got.sum(0)
+    if capacity is not None:
+        key = key.index_select(0, order)
+        starts = _ops.cumsum(group_sizes, 0) - group_sizes
+        pos = _ops.arange(sum(recv), device=h.device) - starts.index_select(0, key)
+        order = order.index_select(0, _ops.argsort(_ops.where(pos < capacity, key, per), stable=True))
+        group_sizes = _ops.clamp(group_sizes, max=capacity)
     rows = received.index_select(0, order)
-    return ExpertDispatch(rows, got.sum(0), received, order, send, recv, d, axis_name)
+    return ExpertDispatch(rows, group_sizes, received, order, send, recv, d, axis_name)
 
 
 def return_to_tokens(expert_out, ed: ExpertDispatch, num_tokens: int):
@@ -97,13 +116,14 @@ def expert_parallel_moe(h, router_weight, w1, w2=None, axis_name=None, k: int = 
                         activation=F.gelu, capacity=None) -> _moe.MoEOutput:
     """An expert-parallel MoE layer inside ``shard_map`` (module doc): ``h: [S, D]`` this member's
     tokens, ``router_weight: [D, E]`` replicated, ``w1: [E/n, D, F]`` (and ``w2: [E/n, F, D]``) this
-    member's experts -- the global ``[E, ...]`` weights sharded with ``P(axis_name)``.  Returns
-    ``MoEOutput(output [S, D], aux_loss (global, the same on every member), dropped = 0)``."""
+    member's experts -- the global ``[E, ...]`` weights sharded with ``P(axis_name)``.  ``capacity``
+    is ``C`` rows per expert for the whole batch (``nn.moe.capacity_rows`` of the global token
+    count).  Returns ``MoEOutput(output [S, D], aux_loss, dropped)``, the last two global (the
+    same on every member)."""
     if axis_name is None:
         raise TypeError("expert_parallel_moe: axis_name (the mesh axis the experts are sharded over) is required")
-    if capacity is not None:
-        raise NotImplementedError("expert_parallel_moe: capacity is not supported with expert parallelism yet "
-                                  "(every record is kept); use capacity=None")
+    if capacity is not None and capacity < 0:
+        raise ValueError(f"expert_parallel_moe: capacity must be >= 0 rows per expert, got {capacity}")
     num_experts = router_weight.shape[1]
     n = axis_size(axis_name)
     per = _experts_per_member(num_experts, n, "expert_parallel_moe")
@@ -112,8 +132,9 @@ def expert_parallel_moe(h, router_weight, w1, w2=None, axis_name=None, k: int = 
                          f"but its expert weights have {w1.shape[0]}" + ("" if w2 is None else f" and {w2.shape[0]}")
                          + " (shard them with P(axis_name) on dim 0)")
     r = _moe.route(h, router_weight, k, renormalize)
-    ed = dispatch_to_experts(h, r.expert_ids, r.gates, num_experts, axis_name)
+    ed = dispatch_to_experts(h, r.expert_ids, r.gates, num_experts, axis_name, capacity)
     y = _moe.expert_mlp(ed.rows, ed.group_sizes, w1, w2, activation)
     out = return_to_tokens(y, ed, h.shape[0])
     aux = _moe.load_balancing_loss(pmean(r.probs.mean(0), axis_name).unsqueeze(0), psum(ed.local.counts, axis_name))
-    return _moe.MoEOutput(out, aux, ed.local.dropped)
+    dropped = psum(ed.rows.shape[0] - ed.group_sizes.sum(), axis_name)
+    return _moe.MoEOutput(out, aux, dropped)

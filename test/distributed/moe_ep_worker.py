@@ -58,16 +58,24 @@ def seed_example(mesh):
     return {**seen, "out": t(out.gather()), "grad_h": t(h.grad), "grad_w": t(w.grad)}
 
 
-def layer(mesh, n, k):
+CAPACITY_FACTOR = 0.75                 # (the capacity case: k = 2, some records dropped)
+
+
+def capacity(n, k):
+    return moe.capacity_rows(TOKENS_PER_MEMBER * n, 2 * n, k, CAPACITY_FACTOR)
+
+
+def layer(mesh, n, k, cap=None):
     def body(h, r, w1, w2):
-        o = D.expert_parallel_moe(h, r, w1, w2, "E", k)
-        return o.output, o.aux_loss
-    f = D.shard_map(body, mesh, (P("E"), P(), P("E"), P("E")), (P("E"), P()))
+        o = D.expert_parallel_moe(h, r, w1, w2, "E", k, capacity=cap)
+        return o.output, o.aux_loss, o.dropped
+    f = D.shard_map(body, mesh, (P("E"), P(), P("E"), P("E")), (P("E"), P(), P()))
     *xs, c = inputs(n, k)
     xs = [tp.from_torch(v.clone()).requires_grad_() for v in xs]
-    out, aux = f(*xs)
+    out, aux, dropped = f(*xs)
     ((out.gather() * tp.from_torch(c)).sum() + AUX_COEF * aux.gather()).backward()
-    return {"out": t(out.gather()), "aux": t(aux.gather()), "grads": [t(v.grad) for v in xs]}
+    return {"out": t(out.gather()), "aux": t(aux.gather()), "grads": [t(v.grad) for v in xs],
+            "dropped": int(dropped.local().item())}
 
 
 def exchange_sizes(n, m):
@@ -99,7 +107,7 @@ def exchange(mesh, n, compiled):
 
 
 def errors(mesh, n):
-    """5 experts over 2 members (indivisible), and a capacity (not supported with expert parallelism)."""
+    """5 experts over 2 members (indivisible), and a negative capacity."""
     def call(num_experts, shard_experts, **kw):
         body = lambda h, r, w: D.expert_parallel_moe(h, r, w, None, "E", **kw).output   # noqa: E731
         specs = (P("E"), P(), P("E") if shard_experts else P())
@@ -107,7 +115,7 @@ def errors(mesh, n):
                                                tp.ones(num_experts, 2, 2))
     out = {}
     for name, fn in (("indivisible", lambda: call(2 * n + 1, False)),
-                     ("capacity", lambda: call(2 * n, True, capacity=2))):
+                     ("capacity", lambda: call(2 * n, True, capacity=-1))):
         try:
             fn()
             out[name] = "no error"
@@ -121,7 +129,8 @@ def main():
     D.init()
     n = D.world_size()
     mesh = D.Mesh(np.arange(n), ("E",))
-    cases = {"k1": lambda: layer(mesh, n, 1), "k2": lambda: layer(mesh, n, 2), "errors": lambda: errors(mesh, n),
+    cases = {"k1": lambda: layer(mesh, n, 1), "k2": lambda: layer(mesh, n, 2),
+             "capacity": lambda: layer(mesh, n, 2, capacity(n, 2)), "errors": lambda: errors(mesh, n),
              "exchange": lambda: exchange(mesh, n, False), "exchange_compiled": lambda: exchange(mesh, n, True)}
     if n == 2:
         cases["seed"] = lambda: seed_example(mesh)

@@ -34,18 +34,21 @@ def _case(ep, n, name):
     return recs
 
 
-def reference(n, k):
-    """nn.MoE on one process with the worker's weights: output, aux loss, gradients, expert loads."""
+def reference(n, k, capacity_factor=None):
+    """nn.MoE on one process with the worker's weights: output, aux loss, gradients, expert loads
+    (and, with a capacity factor, the number of dropped records)."""
     h, r, w1, w2, c = W.inputs(n, k)
-    m = nn.MoE(W.D_MODEL, 2 * n, k, d_ff=W.D_FF, dtype=torch.float64)
+    m = nn.MoE(W.D_MODEL, 2 * n, k, d_ff=W.D_FF, dtype=torch.float64, capacity_factor=capacity_factor)
     for p, v in ((m.router, r), (m.w1, w1), (m.w2, w2)):
         p._data.copy_(v)
     x = tp.from_torch(h.clone()).requires_grad_()
     o = m(x)
     ((o.output * tp.from_torch(c)).sum() + W.AUX_COEF * o.aux_loss).backward()
     loads = nn.moe.route(x.detach(), m.router.detach(), k).expert_ids._data.reshape(-1).bincount(minlength=2 * n)
-    return (o.output._data.detach(), o.aux_loss._data.detach(),
-            [g._data for g in (x.grad, m.router.grad, m.w1.grad, m.w2.grad)], loads)
+    grads = [g._data for g in (x.grad, m.router.grad, m.w1.grad, m.w2.grad)]
+    if capacity_factor is not None:
+        return o.output._data.detach(), o.aux_loss._data.detach(), grads, loads, int(o.dropped.item())
+    return o.output._data.detach(), o.aux_loss._data.detach(), grads, loads
 
 
 def test_seed_example_two_devices(ep):
@@ -72,11 +75,28 @@ def test_layer_equals_single_process(ep, n, k):
     per_member = loads.reshape(n, 2).sum(1)
     assert (loads > 0).all() and len(set(per_member.tolist())) > 1      # every expert used, uneven splits
     assert out.abs().min() > 0 and all(g.abs().sum() > 0 for g in grads)
-    for rank, rec in enumerate(_case(ep, n, f"k{k}")):
+    _same_as_reference(_case(ep, n, f"k{k}"), out, aux, grads)
+
+
+def _same_as_reference(recs, out, aux, grads):
+    for rank, rec in enumerate(recs):
         torch.testing.assert_close(rec["out"], out, rtol=1e-10, atol=1e-12, msg=f"output, rank {rank}")
         torch.testing.assert_close(rec["aux"], aux, rtol=1e-10, atol=1e-12, msg=f"aux loss, rank {rank}")
         for name, got, want in zip(("input", "router", "w1", "w2"), rec["grads"], grads):
             torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-12, msg=f"grad of {name}, rank {rank}")
+
+
+@pytest.mark.parametrize("n", WORLDS)
+def test_layer_with_capacity_equals_single_process(ep, n):
+    """Capacity C = capacity_rows(S, E, 2, 0.75) for the whole batch: each expert keeps its first C
+    records in global token order, like the one-process layer; the same records are dropped."""
+    out, aux, grads, loads, dropped = reference(n, 2, W.CAPACITY_FACTOR)
+    cap = W.capacity(n, 2)
+    assert dropped == int((loads - cap).clamp(min=0).sum()) > 0
+    recs = _case(ep, n, "capacity")
+    assert [rec["dropped"] for rec in recs] == [dropped] * n
+    assert (out.abs().sum(1) == 0).sum() < len(out) and all(g.abs().sum() > 0 for g in grads)
+    _same_as_reference(recs, out, aux, grads)
 
 
 def _exchange_reference(n, x, c):
@@ -109,7 +129,7 @@ def test_all_to_all_v_uneven_sizes(ep, n, compiled):
 def test_errors(ep):
     for rec in _case(ep, 2, "errors"):
         assert rec["indivisible"].startswith("ValueError: expert_parallel_moe: 5 experts cannot be sharded over the 2")
-        assert rec["capacity"].startswith("NotImplementedError: expert_parallel_moe: capacity is not supported")
+        assert rec["capacity"] == "ValueError: expert_parallel_moe: capacity must be >= 0 rows per expert, got -1"
 
 
 def test_one_device_mesh_is_the_single_process_layer():

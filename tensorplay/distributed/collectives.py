@@ -16,6 +16,10 @@ scatter_dimension, tiled)``        ``i`` along ``scatter_dimension`` (size n: re
 ``all_to_all(x, axes, split_axis,  member ``j`` gets every member's ``j``-th piece along
 concat_axis, tiled)``              ``split_axis``, joined in member order at ``concat_axis`` (size n:
                                    split removed, new dim at concat; tiled: split /n, concat *n)
+``all_to_all_v(x, axes,            variable sizes: member ``i`` sends its next ``send_sizes[j]`` rows
+send_sizes)``                      (dim 0) to member ``j`` and receives ``(rows, recv_sizes)``, the
+                                   members' pieces for it in member order (seed 001 §6: expert
+                                   parallelism's dispatch and return)
 ``axis_index(axes)``               this process's member position (a Python int)
 ``axis_size(axes)``                the number of members (a Python int)
 =================================  ===========================================================
@@ -24,11 +28,12 @@ Derivatives.  Autograd inside a body computes the gradient of the *sum over the 
 each one seeds: each cotangent a process holds is its *part* of the global cotangent.  In that
 convention every collective's backward is its linear transpose -- psum <-> psum, pmean <-> pmean,
 all_gather <-> psum_scatter, ppermute(perm) <-> ppermute(inverse perm), all_to_all(split, concat)
-<-> all_to_all(concat, split); pmax/pmin route the summed cotangent to the members holding the
-extreme value, split evenly among ties.  The identity by which a replicated value enters the body
-transposes to a psum, done by shard_map at its boundary, which also turns a global cotangent into
-parts (shard_map.py) -- the global gradient then equals the single-process one without tracking
-which values are replicated.
+<-> all_to_all(concat, split), all_to_all_v(send, recv) <-> all_to_all_v(recv, send) (the reverse
+exchange: the received rows' cotangents go back to their senders, in the order they came);
+pmax/pmin route the summed cotangent to the members holding the extreme value, split evenly among
+ties.  The identity by which a replicated value enters the body transposes to a psum, done by
+shard_map at its boundary, which also turns a global cotangent into parts (shard_map.py) -- the
+global gradient then equals the single-process one without tracking which values are replicated.
 
 Compilation.  Each collective is an op-table entry (``dist_psum``, ...) whose non-tensor arguments
 are the mesh's number in this process and the axis names, so ``tp.compile`` records it in the graph
@@ -49,7 +54,7 @@ from ..ops.registry import OPS, register
 from .mesh import Mesh
 
 __all__ = ["psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all",
-           "axis_index", "axis_size", "bound_mesh", "mesh_id", "mesh_of", "participants"]
+           "all_to_all_v", "axis_index", "axis_size", "bound_mesh", "mesh_id", "mesh_of", "participants"]
 
 
 # ---- meshes by number, and the mesh a body is bound to -----------------------------------------
@@ -244,6 +249,39 @@ def _all_to_all_kernel(x, mid, axes, split_axis, concat_axis, tiled):
     return torch.cat(got, c) if tiled else torch.stack(got, c)
 
 
+def _all_to_all_v_kernel(x, mid, axes, send_sizes, recv_sizes):
+    """Rows ``[sum(send_sizes), ...]`` out, ``[sum(recv_sizes), ...]`` in; both lists in member order.
+    The receive sizes come from the caller (:func:`all_to_all_v` exchanges them first), so the
+    output shape is known without communicating (meta and fake tensors)."""
+    n = _size(mid, axes)
+    for what, sizes in (("send_sizes", send_sizes), ("recv_sizes", recv_sizes)):
+        if len(sizes) != n or any(v < 0 for v in sizes):
+            raise ValueError(f"all_to_all_v: {what} must be {n} non-negative row counts (one per member), "
+                             f"got {list(sizes)}")
+    if x.dim() < 1 or x.shape[0] != sum(send_sizes):
+        raise ValueError(f"all_to_all_v: the input has {list(x.shape)[:1] or 'no'} rows, but send_sizes "
+                         f"{list(send_sizes)} sum to {sum(send_sizes)}")
+    shape = [sum(recv_sizes), *x.shape[1:]]
+    if not _real(x):
+        return x.new_empty(shape)
+    g = _group(mid, axes)
+    if g.size == 1:
+        return x.contiguous().clone()
+    # all_to_all_single orders its pieces by group rank; the members' order may differ
+    by_rank = [g.group_rank(j) for j in range(n)]
+    member = sorted(range(n), key=lambda j: by_rank[j])
+    send = list(x.contiguous().split(list(send_sizes), 0))
+    inp = torch.cat([send[j] for j in member], 0)
+    out = x.new_empty(shape)
+    parts = list(out.split(list(recv_sizes), 0))               # views in member order
+    buf = x.new_empty(shape)
+    _dist().all_to_all_single(buf, inp, output_split_sizes=[recv_sizes[j] for j in member],
+                              input_split_sizes=[send_sizes[j] for j in member], group=g.pg)
+    for j, piece in zip(member, buf.split([recv_sizes[j] for j in member], 0)):
+        parts[j].copy_(piece)
+    return out
+
+
 # ---- the op table's entries ----------------------------------------------------------------------
 def _op(name):
     return OPS[name].fn
@@ -288,6 +326,11 @@ if "dist_psum" not in OPS:          # (a reload of this module must not register
              backward=lambda ctx, g: _op("dist_all_to_all")(g, ctx.mesh, ctx.axes, ctx.concat_axis, ctx.split_axis,
                                                            ctx.tiled),
              doc="all_to_all over mesh axes (tensorplay.distributed.all_to_all)")
+if "dist_all_to_all_v" not in OPS:
+    register("dist_all_to_all_v(Tensor self, int mesh, str[] axes, int[] send_sizes, int[] recv_sizes) -> Tensor",
+             _all_to_all_v_kernel, save=(), **_KW,
+             backward=lambda ctx, g: _op("dist_all_to_all_v")(g, ctx.mesh, ctx.axes, ctx.recv_sizes, ctx.send_sizes),
+             doc="all_to_all with per-member row counts over mesh axes (tensorplay.distributed.all_to_all_v)")
 
 
 # ---- the public functions --------------------------------------------------------------------------
@@ -367,6 +410,39 @@ def all_to_all(x, axis_name, split_axis, concat_axis, *, tiled=False):
     _, mid, axes = _resolve(axis_name, "all_to_all")
     return _map(x, lambda t: _op("dist_all_to_all")(t, mid, axes, int(split_axis), int(concat_axis), bool(tiled)),
                 "all_to_all")
+
+
+def all_to_all_v(x, axis_name, send_sizes, *, recv_sizes=None):
+    """Variable-size all-to-all along dim 0: this member sends its rows in consecutive pieces,
+    ``send_sizes[j]`` rows to member ``j`` (a list of ints or a 1-D integer tensor, one entry per
+    member, summing to ``x.shape[0]``), and returns ``(rows, recv_sizes)``: the pieces the members
+    sent it, concatenated in member order, and their row counts (a list of ints).
+
+    Two exchanges: the counts first (an :func:`all_to_all` of the count vector, read on the host:
+    the output's size depends on them), then the rows (``all_to_all_single`` with input and output
+    split sizes).  Differentiable: the backward is the reverse exchange, ``all_to_all_v`` of the
+    cotangent with the two size lists swapped, so every sent row gets the cotangent of the row it
+    became.  A piece may be empty; the trailing dimensions must agree across members.  Given
+    ``recv_sizes`` (known from an earlier exchange, e.g. the reverse of one), the counts are not
+    exchanged again."""
+    mesh, mid, axes = _resolve(axis_name, "all_to_all_v")
+    if not isinstance(x, Tensor):
+        raise TypeError(f"all_to_all_v: expected a tp.Tensor (a local block inside shard_map), got {type(x).__name__}")
+    n = mesh.axis_size(axes)
+    if isinstance(send_sizes, Tensor):
+        if send_sizes.dim() != 1 or send_sizes.dtype.is_floating_point:
+            raise ValueError(f"all_to_all_v: send_sizes must be a 1-D integer tensor, got {send_sizes.dtype} "
+                             f"of shape {list(send_sizes.shape)}")
+        send_sizes = send_sizes.tolist()          # (under tp.compile: a data gate)
+    send = [int(v) for v in send_sizes]
+    if len(send) != n:
+        raise ValueError(f"all_to_all_v: send_sizes must have one entry per member along {tuple(axes)} ({n}), "
+                         f"got {send}")
+    if recv_sizes is None:
+        counts = Tensor(torch.tensor(send, dtype=torch.int64, device=x._data.device))   # (NCCL: device tensors)
+        recv_sizes = _op("dist_all_to_all")(counts, mid, axes, 0, 0, True).tolist()
+    recv = [int(v) for v in recv_sizes]
+    return _op("dist_all_to_all_v")(x, mid, axes, send, recv), recv
 
 
 def axis_index(axis_name) -> int:

@@ -1,7 +1,8 @@
 """Mixture of experts: route, group by expert, ragged expert products, combine by token (seed 001 §6).
 
-The pipeline, each step a function so that expert parallelism can later put an all-to-all between
-:func:`dispatch` and the experts and another between the experts and :func:`combine`:
+The pipeline, each step a function so that expert parallelism (tensorplay/distributed/moe.py) puts
+an all-to-all between :func:`dispatch` and the experts and another between the experts and
+:func:`combine`:
 
 1. :func:`route` -- the router ``z = h R`` (``R: [D, E]``), ``p = softmax(z)``, top-k of ``p``.
    The gate weights are the selected ``p_e`` themselves (Switch Transformers' top-1 rule: the

@@ -17,6 +17,8 @@ Read in this order -- one stage per module:
 ``shard_map.py``   manual mode: :func:`shard_map` runs a function on the local blocks
 ``collective_      :func:`collective_matmul`: input blocks around the ring, weights stay, the next
 matmul.py``        transfer overlapped with the current product (seed 001 §5)
+``explicit.py``    explicit mode: ops on ShardedArrays propagate shardings and insert collectives;
+                   :func:`with_sharding_constraint`, :func:`explain`, :func:`compiled_text`
 =================  ================================================================================
 
 Of the seed's three modes only the manual one is here: the body sees local blocks and the user
@@ -35,8 +37,10 @@ from .collectives import (all_gather, all_to_all, axis_index, axis_size, pmax, p
 from .array import Shard, ShardedArray, device_put
 from .shard_map import ShardMapped, shard_map
 from .collective_matmul import collective_matmul
+from .explicit import Explanation, PartialSum, compiled_text, explain, matmul, on_blocks, with_sharding_constraint
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "local_device",
            "Mesh", "make_mesh", "AxisGroup", "PartitionSpec", "P", "NamedSharding",
            "psum", "pmean", "pmax", "pmin", "all_gather", "psum_scatter", "ppermute", "all_to_all", "axis_index",
            "axis_size", "ShardedArray", "Shard", "device_put", "shard_map", "ShardMapped", "collective_matmul"]
+__all__ += ["with_sharding_constraint", "matmul", "explain", "Explanation", "PartialSum", "on_blocks", "compiled_text"]

@@ -17,11 +17,15 @@ Read in this order -- one stage per module:
 ``shard_map.py``   manual mode: :func:`shard_map` runs a function on the local blocks
 ``collective_      :func:`collective_matmul`: input blocks around the ring, weights stay, the next
 matmul.py``        transfer overlapped with the current product (seed 001 §5)
+``explicit.py``    explicit mode: ops on ShardedArrays propagate shardings and insert collectives;
+                   :func:`with_sharding_constraint`, :func:`explain`, :func:`compiled_text`
+``moe.py``         expert parallelism (seed 001 §6): tokens dispatched to the member owning their
+                   expert by :func:`all_to_all_v`, the outputs returned and combined by token
 =================  ================================================================================
 
-Of the seed's three modes only the manual one is here: the body sees local blocks and the user
-writes the collectives.  Explicit mode (propagating shardings through global-array code) builds on
-these pieces and is not part of this package yet.
+Two of the seed's three modes are here: manual (:func:`shard_map`: the body sees local blocks and
+writes the collectives) and explicit (global-array code on ShardedArrays, the shardings propagated
+and the collectives inserted by explicit.py).  Auto mode (a compiler choosing the shardings) is not.
 docs/distributed.md walks through the model with examples.
 """
 from __future__ import annotations
@@ -35,6 +39,7 @@ from .array import Shard, ShardedArray, device_put
 from .shard_map import ShardMapped, shard_map
 from .collective_matmul import collective_matmul
 from .moe import ExpertDispatch, dispatch_to_experts, expert_parallel_moe, return_to_tokens
+from .explicit import Explanation, PartialSum, compiled_text, explain, matmul, on_blocks, with_sharding_constraint
 
 __all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "local_device",
            "Mesh", "make_mesh", "AxisGroup", "PartitionSpec", "P", "NamedSharding",
@@ -42,3 +47,4 @@ __all__ = ["init", "shutdown", "is_initialized", "rank", "world_size", "local_de
            "axis_index", "axis_size", "ShardedArray", "Shard", "device_put", "shard_map", "ShardMapped",
            "collective_matmul",
            "expert_parallel_moe", "dispatch_to_experts", "return_to_tokens", "ExpertDispatch"]
+__all__ += ["with_sharding_constraint", "matmul", "explain", "Explanation", "PartialSum", "on_blocks", "compiled_text"]

@@ -18,7 +18,9 @@ Rules and guarantees:
   value; a block's cotangent is that block of the global cotangent).  So the backward of
   ``gather`` is the block of the cotangent, the backward of ``device_put`` the gathered
   cotangent, and ``x.grad`` of a ``device_put`` input is the global gradient on every process.
-  Call ``backward`` on every process (the backward passes communicate).
+  Call ``backward`` on every process (the backward passes communicate);
+* the ops of the table apply to a ShardedArray (operators, methods, ``tp.`` functions): explicit.py
+  gives each a propagation rule, computing on the local blocks and communicating where needed.
 """
 from __future__ import annotations
 

@@ -33,6 +33,8 @@ operators (``__add__``/``__radd__``) and the in-place variants (``add_``).
 Guarantees of :func:`call` (the eager path, one per op call):
 
 * tensors are unwrapped to their torch storage, the kernel runs, outputs are wrapped;
+* an argument of a type with a ``__tp_dispatch__(op, args)`` hook (tensorplay.distributed's
+  ``ShardedArray``: explicit.py) hands the whole call to that hook;
 * a kernel error is re-raised as the same exception class, its message prefixed with the op name
   and the shapes/dtypes of the tensor arguments — never a crash, never a silent wrong result;
 * if grad mode is on and an input requires grad, an autograd node is recorded
@@ -405,6 +407,9 @@ def call(op: OpDef, args: tuple):
                 req = True
         elif a is not None and not isinstance(a, (int, float, bool, complex, torch.Tensor, torch.SymInt,
                                                   torch.SymFloat, torch.SymBool)):
+            handler = getattr(type(a), "__tp_dispatch__", None)
+            if handler is not None:     # an array type with rules of its own (a ShardedArray)
+                return handler(op, args)
             raise TypeError(f"tp.{op.name}: argument '{s.args[i].name}' must be a Tensor or a number, "
                             f"got {type(a).__name__}")
     for i in s.list_pos:

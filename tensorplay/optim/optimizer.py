@@ -54,10 +54,8 @@ def _profiled_step(step):
                 out = step(self, *args, **kwargs)
         finally:
             self._tp_profiling_step = False
-        for st in self.state.values():
-            for v in st.values():
-                if isinstance(v, (Tensor, torch.Tensor)):
-                    rec.mark(v, "optimizer state")
+        for v in self._state_tensors():
+            rec.mark(v, "optimizer state")
         return out
     return profiled
 
@@ -84,6 +82,14 @@ class Optimizer:
             self.add_param_group(g)
 
     # ---- groups ------------------------------------------------------------------------------
+    def _state_tensors(self):
+        """The tensors of the per-parameter state (moments, momentum buffers, step counts held as
+        tensors): what the profiler's memory timeline calls optimizer state."""
+        for st in self.state.values():
+            for v in st.values():
+                if isinstance(v, (Tensor, torch.Tensor)):
+                    yield v
+
     def add_param_group(self, param_group: dict) -> None:
         """Add a group (``{"params": [...], option: value}``); unspecified options take the defaults."""
         if not isinstance(param_group, dict):

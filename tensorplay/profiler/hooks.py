@@ -25,9 +25,6 @@ from . import recorder
 
 __all__ = ["install", "uninstall"]
 
-_installed = None      # the Recorder the hooks write to
-
-
 # --- eager ops ----------------------------------------------------------------------------------
 _PACKAGE_DIR = __file__.rsplit("profiler", 1)[0]      # .../tensorplay/
 
@@ -41,7 +38,7 @@ def _user_frame() -> str:
 
 
 def _before_op(op, args, raw):
-    rec = _installed
+    rec = recorder._ACTIVE
     a = None
     if rec.record_shapes:
         shapes = [list(x.shape) if hasattr(x, "shape") else None for x in raw]
@@ -70,7 +67,7 @@ def _collective_args(rec, op, raw) -> dict:
 
 
 def _after_op(op, args, outs):
-    rec = _installed
+    rec = recorder._ACTIVE
     st = rec.stack
     while st:
         key, s = st.pop()
@@ -87,15 +84,14 @@ def _saved_tensors(node):
     ctx = getattr(node, "ctx", None)
     if ctx is None:
         return
-    vals = list(getattr(ctx, "__dict__", {}).values())
-    for v in vals:
+    for v in getattr(ctx, "__dict__", {}).values():
         for x in (v if isinstance(v, (list, tuple)) else (v,)):
             if isinstance(x, torch.Tensor) or hasattr(x, "_data"):
                 yield x
 
 
 def _run_node(node, grads):
-    rec = _installed
+    rec = recorder._ACTIVE
     for t in _saved_tensors(node):
         rec.mark(t, "activation")
     s = rec.begin(f"autograd::{node.name()}", "backward")
@@ -111,13 +107,15 @@ def _run_node(node, grads):
 # --- Stax kernels ---------------------------------------------------------------------------------
 class TimedKernel:
     """A wrapper module's kernel while a profile records: the call, timed as a ``kernel`` span."""
-    __slots__ = ("fn", "name", "module", "cost", "__weakref__")
+    __slots__ = ("fn", "name", "module", "cost", "on_cpu", "__weakref__")
 
     def __init__(self, fn, name, module, cost):
         self.fn, self.name, self.module, self.cost = fn, name, module, cost
+        #: the call is the kernel's whole run (not an asynchronous GPU launch): its GB/s are achieved
+        self.on_cpu = getattr(module, "kernel_device", "cpu") == "cpu"
 
     def __call__(self, *args):
-        rec = _installed
+        rec = recorder._ACTIVE
         if rec is None:
             return self.fn(*args)
         t0 = time.time_ns()
@@ -125,7 +123,7 @@ class TimedKernel:
         t1 = time.time_ns()
         nbytes, flops = self.cost
         a = {"graph": self.module.__name__, "model_bytes": nbytes, "model_flops": flops}
-        if getattr(self.module, "kernel_device", "cpu") == "cpu" and t1 > t0:
+        if self.on_cpu and t1 > t0:
             a["achieved_GBps"] = round(nbytes / (t1 - t0), 3)
         rec.add(self.name, "kernel", t0, t1, a)
         return r
@@ -156,13 +154,11 @@ def _wrapper_modules():
 # --- install / uninstall --------------------------------------------------------------------------
 def install(rec) -> None:
     """Start listening for ``rec`` (module doc)."""
-    global _installed
     from ..autograd import engine
     from ..compiler.backends import stax
     from ..ops import registry
-    if _installed is not None:
+    if recorder.active() is not None:
         raise RuntimeError("tp.profiler: another profile is already recording (profiles do not nest)")
-    _installed = rec
     recorder.set_active(rec)
     registry.pre_observers.append(_before_op)
     registry.observers.append(_after_op)
@@ -173,11 +169,10 @@ def install(rec) -> None:
 
 
 def uninstall() -> None:
-    global _installed
     from ..autograd import engine
     from ..compiler.backends import stax
     from ..ops import registry
-    rec, _installed = _installed, None
+    rec = recorder.active()
     recorder.set_active(None)
     if _before_op in registry.pre_observers:
         registry.pre_observers.remove(_before_op)

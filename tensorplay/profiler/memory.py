@@ -90,10 +90,8 @@ def persistent_blocks(now: int) -> list:
             if o.grad is not None:
                 note(o.grad, "gradient")
         elif isinstance(o, Optimizer):
-            for st in o.state.values():
-                for v in st.values():
-                    if isinstance(v, (Tensor, torch.Tensor)):
-                        note(v, "optimizer state")
+            for v in o._state_tensors():
+                note(v, "optimizer state")
         elif isinstance(o, (Tensor, torch.Tensor)):
             note(o, "input")
     return [Block(dev, ptr, n, None, None, cat[(dev, ptr)]) for (dev, ptr), n in blocks.items()]

@@ -44,16 +44,14 @@ def chrome_trace(spans, t0, *, gpu_spans=(), flows=(), memory=None, rank=None, p
     for i, tid in enumerate(tids):
         ev.append({"ph": "M", "name": "thread_name", "pid": pid, "tid": tid, "ts": 0,
                    "args": {"name": "host thread" + ("" if i == 0 else f" {i}")}})
-    body = []
-    for s in spans:
-        body.append({"ph": "X", "name": s.name, "cat": s.cat, "ts": _us(s.start, t0), "dur": max(_us(s.end, s.start), 0.0),
-                     "pid": pid, "tid": s.tid, "args": _jsonable(s.args)})
+    def complete(s, pid, tid):
+        return {"ph": "X", "name": s.name, "cat": s.cat, "ts": _us(s.start, t0), "dur": max(_us(s.end, s.start), 0.0),
+                "pid": pid, "tid": tid, "args": _jsonable(s.args)}
+    body = [complete(s, pid, s.tid) for s in spans]
     gpu_pids = {}
     for s in gpu_spans:
         dev, stream = s.tid
-        gp = gpu_pids.setdefault(dev, f"{pid}-gpu{dev}")
-        body.append({"ph": "X", "name": s.name, "cat": s.cat, "ts": _us(s.start, t0), "dur": max(_us(s.end, s.start), 0.0),
-                     "pid": gp, "tid": stream, "args": _jsonable(s.args)})
+        body.append(complete(s, gpu_pids.setdefault(dev, f"{pid}-gpu{dev}"), stream))
     for dev, gp in gpu_pids.items():
         ev.append({"ph": "M", "name": "process_name", "pid": gp, "tid": 0, "ts": 0,
                    "args": {"name": f"GPU {dev}" + (f" (rank {rank})" if rank is not None else "")}})

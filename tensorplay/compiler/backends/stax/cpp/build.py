@@ -37,7 +37,7 @@ try:
     from .... import config
     from .. import codecache
     from ..device import KernelBuildError
-    from .....profiler.recorder import span as _span
+    from .....profiler.recorder import active as _recording, span as _span
 except ImportError:     # this file loaded alone, by its path (the code cache's tests): the cache
     def _codecache_beside():   # module of the package it lies in, loaded by its path too
         path = Path(__file__).resolve().parent.parent / "codecache.py"
@@ -52,6 +52,9 @@ except ImportError:     # this file loaded alone, by its path (the code cache's 
 
     def _span(*a, **k):
         return contextlib.nullcontext()
+
+    def _recording():
+        return None
 
 CACHE_VERSION = codecache.CACHE_VERSION
 _count, run_build_tool, cache_dir, entry_dir = codecache._count, codecache.run_build_tool, codecache.cache_dir, codecache.entry_dir
@@ -417,7 +420,7 @@ def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
         d = entry_dir(key)
         so = d / "kernel.so"
         if _entry_valid(d):
-            with _span(f"cpp cache hit {_kernel_name(source)}", "compile", where="disk", key=key[:16]):
+            with _build_span("cpp cache hit", source, where="disk", key=key[:16]):
                 lib = _dlopen(so)
         if lib is not None:
             _count("build_hits")
@@ -428,7 +431,7 @@ def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
                 if lib is not None:
                     _count("build_hits")
                 else:
-                    with _span(f"g++ {_kernel_name(source)}", "compile", key=key[:16], isa=isa):
+                    with _build_span("g++", source, key=key[:16], isa=isa):
                         _build(source, isa, d, extra)
                     try:
                         lib = ctypes.CDLL(str(so))
@@ -439,11 +442,14 @@ def load_cpp(source: str, isa: str | None = None, extra=()) -> ctypes.CDLL:
         return lib
 
 
-def _kernel_name(source: str) -> str:
-    """The first ``extern "C"`` function a translation unit defines (its kernel; for spans)."""
+def _build_span(what: str, source: str, **args):
+    """A profiler span ``"<what> <kernel>"``, the kernel the first ``extern "C"`` function of the
+    translation unit -- looked for only while a profile records (a warm start pays nothing)."""
+    if _recording() is None:
+        return _span(what)          # (the shared do-nothing context)
     import re
     m = re.search(r'extern "C"[^(]*?(\w+)\s*\(', source)
-    return m.group(1) if m else "kernel"
+    return _span(f"{what} {m.group(1) if m else 'kernel'}", "compile", **args)
 
 
 def _forget() -> None:

@@ -42,11 +42,13 @@ def _cases():
     }
 
 
-def _variants(fn, shape):
+def _variants(fn, shape, wrappers=None):
     xt = torch.randn(*shape, device="cuda")
     xp = tp.from_torch(xt)
     cf = tp.compile(fn, strict_native=True)
     tc = torch.compile(fn)
+    if wrappers is not None:
+        wrappers.append(cf)
     return {
         "torch eager": lambda: fn(xt),
         "tp.compile": lambda: cf(xp),
@@ -64,21 +66,26 @@ def _host_us(f, number):
     return (t1 - t0) / number * 1e6
 
 
-def _profiled(f):
-    """(µs from the call's start to its first kernel's start, summed kernel µs) of one call."""
+def _profiled(f, calls=4):
+    """(µs from the call's start to its first kernel's start, summed kernel µs) of the last of
+    ``calls`` calls in one profile (the first calls of a profile pay its start-up: CUPTI's
+    activity buffers), each call after a synchronisation."""
     from torch.profiler import ProfilerActivity, profile, record_function
     torch.cuda.synchronize()
     with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
-        with record_function("__call__"):
-            f()
-        torch.cuda.synchronize()
+        for k in range(calls):
+            with record_function(f"__call__{k}"):
+                f()
+            torch.cuda.synchronize()
     evs = prof.events()
-    call = next(e for e in evs if e.name == "__call__" and e.device_type == torch.autograd.DeviceType.CPU)
-    kernels = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA and e.name != "__call__"]
+    call = next(e for e in evs if e.name == f"__call__{calls - 1}" and e.device_type == torch.autograd.DeviceType.CPU)
+    t0 = call.time_range.start
+    kernels = [e for e in evs if e.device_type == torch.autograd.DeviceType.CUDA
+               and not e.name.startswith("__call__") and e.time_range.start >= t0]
     if not kernels:
         return float("nan"), 0.0
     first = min(k.time_range.start for k in kernels)
-    return first - call.time_range.start, sum(k.time_range.elapsed_us() for k in kernels)
+    return first - t0, sum(k.time_range.elapsed_us() for k in kernels if k.time_range.start >= t0)
 
 
 def _host_profile(number=300):
@@ -107,9 +114,9 @@ def main(argv=None):
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--json", default=None)
     a = p.parse_args(argv)
-    rows = []
+    rows, compiled = [], []
     for case, (fn, shape) in _cases().items():
-        vs = _variants(fn, shape)
+        vs = _variants(fn, shape, compiled)
         for f in vs.values():          # capture, compile, warm
             for _ in range(3):
                 f()
@@ -134,6 +141,11 @@ def main(argv=None):
     for r in rows:
         print(f"{r['case']:20} {r['variant']:14} {r['host']:9.1f} {r['one']:12.1f} {r['b2b']:16.1f} "
               f"{r['to_kernel']:13.1f} {r['kernels']:11.1f}")
+    for case, cf in zip(_cases(), compiled):     # what each call runs: the generated wrapper
+        path = cf._cache[0].artifact.module.__file__
+        print(f"\nwrapper of tp.compile({case}): {path}")
+        with open(path, encoding="utf-8") as fh:
+            print(fh.read())
     _host_profile()
     if a.json:
         with open(a.json, "w") as fh:

@@ -11,7 +11,8 @@ For each parameter θ with gradient g (negated when ``maximize``), at step t::
 
 State per parameter: ``step`` (float32 0-d tensor), ``exp_avg``, ``exp_avg_sq`` [, ``max_exp_avg_sq``],
 as in PyTorch.  The operations and their order are PyTorch's, so results agree with
-``torch.optim.Adam/AdamW`` to the last bit or so.
+``torch.optim.Adam/AdamW`` to the last bit or so.  ``foreach`` (default: on when a group's parameters
+are all on a GPU, as in PyTorch) takes each operation once over lists of tensors (``torch._foreach_*``).
 """
 from __future__ import annotations
 
@@ -64,6 +65,9 @@ class Adam(Optimizer):
                 lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
                 wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
                 decoupled = group.get("decoupled_weight_decay", self._decoupled)
+                if _use_foreach(group):
+                    self._foreach_step(group, decoupled)
+                    continue
                 for p in group["params"]:
                     if p._grad is None:
                         continue
@@ -99,6 +103,59 @@ class Adam(Optimizer):
                         denom = (exp_avg_sq.sqrt() / bias_correction2_sqrt).add_(eps)
                     param.addcdiv_(exp_avg, denom, value=-step_size)
         return loss
+
+
+    def _foreach_step(self, group, decoupled):
+        """The step of a group as torch's multi-tensor Adam takes it (``foreach``): each operation once
+        over the lists of parameters of one device and dtype (one launch per chunk of tensors on a GPU,
+        not one per tensor), in the single-tensor loop's order of operations."""
+        lr, (beta1, beta2), eps = group["lr"], group["betas"], group["eps"]
+        wd, amsgrad, maximize = group["weight_decay"], group["amsgrad"], group["maximize"]
+        lists = {}
+        for p in group["params"]:
+            if p._grad is None:
+                continue
+            if p._grad._data.is_sparse:
+                raise RuntimeError("Adam does not support sparse gradients")
+            state = self.state[p]
+            if len(state) == 0:
+                self._init_state(p, state, amsgrad)
+            if amsgrad and "max_exp_avg_sq" not in state:
+                state["max_exp_avg_sq"] = _wrap(torch.zeros_like(p._data))
+            step = _state_step(state, p._data.device)
+            ls = lists.setdefault((p._data.device, p._data.dtype), ([], [], [], [], [], []))
+            for lst, v in zip(ls, (p._data, p._grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data,
+                                   state["max_exp_avg_sq"]._data if amsgrad else None, step)):
+                lst.append(v)
+        for params, grads, m, v, vmax, steps in lists.values():
+            if maximize:
+                grads = torch._foreach_neg(grads)
+            if wd != 0:
+                if decoupled:
+                    torch._foreach_mul_(params, 1 - lr * wd)
+                else:
+                    grads = torch._foreach_add(grads, params, alpha=wd)
+            torch._foreach_lerp_(m, grads, 1 - beta1)
+            torch._foreach_mul_(v, beta2)
+            torch._foreach_addcmul_(v, grads, grads, 1 - beta2)
+            step_size = [-(lr / (1 - beta1 ** t)) for t in steps]
+            bc2_sqrt = [math.sqrt(1 - beta2 ** t) for t in steps]
+            if amsgrad:
+                torch._foreach_maximum_(vmax, v)
+                denom = torch._foreach_sqrt(vmax)
+            else:
+                denom = torch._foreach_sqrt(v)
+            torch._foreach_div_(denom, bc2_sqrt)
+            torch._foreach_add_(denom, eps)
+            torch._foreach_addcdiv_(params, m, denom, step_size)
+
+
+def _use_foreach(group) -> bool:
+    """``foreach=True``, or ``None`` (PyTorch's default) with every parameter of the group on a GPU."""
+    f = group.get("foreach")
+    if f is not None:
+        return bool(f)
+    return all(p._data.is_cuda for p in group["params"]) and bool(group["params"])
 
 
 class AdamW(Adam):

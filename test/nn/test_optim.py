@@ -228,3 +228,25 @@ def test_scheduler_state_dict_and_resume():
     assert s.get_last_lr() == pytest.approx(s2.get_last_lr())
     expected = 0.1 * (1 + math.cos(math.pi * 5 / 10)) / 2
     assert s.get_last_lr()[0] == pytest.approx(expected, rel=1e-12)
+
+
+@pytest.mark.parametrize("name", ["Adam", "AdamW"])
+@pytest.mark.parametrize("kw", [{}, {"weight_decay": 0.1}, {"amsgrad": True, "maximize": True, "weight_decay": 0.05}])
+def test_adam_foreach_matches_torch_foreach_bitwise(name, kw):
+    """``foreach=True`` (the default on a GPU) takes torch's multi-tensor path: the same results as
+    torch's foreach Adam to the bit, over mixed dtypes and a parameter without a gradient at a step."""
+    torch.manual_seed(0)
+    ws = [torch.randn(5, 3), torch.randn(7), torch.randn(2, 2, dtype=torch.float64)]
+    ours = [tp.from_torch(w.clone()).requires_grad_() for w in ws]
+    ref = [w.clone().requires_grad_() for w in ws]
+    o1 = getattr(tp.optim, name)(ours, lr=1e-2, foreach=True, **kw)
+    o2 = getattr(torch.optim, name)(ref, lr=1e-2, foreach=True, **kw)
+    for it in range(5):
+        for k, (a, b) in enumerate(zip(ours, ref)):
+            g = torch.randn_like(b)
+            a.grad, b.grad = (None, None) if it == 2 and k == 1 else (tp.from_torch(g.clone()), g.clone())
+        o1.step()
+        o2.step()
+    for a, b in zip(ours, ref):
+        assert torch.equal(a.torch().detach(), b.detach())
+    assert float(o1.state[ours[1]]["step"].item()) == 4.0

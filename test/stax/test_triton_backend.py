@@ -409,3 +409,76 @@ def test_triton_split_reduction_with_row_values_reading_memory():
     x = rnd(2, 40000)
     out, cf = run_native(f, x, b, n_red=x.numel(), scale=(float(x.abs().sum()) * 4, None))
     assert "a split reduction" in _source(cf)
+
+
+def test_launcher_reads_an_empty_hook_chain_as_no_hook():
+    """Triton 3.6 keeps a HookChain in ``knobs.runtime.launch_enter_hook`` (never None): the direct
+    launch is taken while the chain has no calls, Triton's path as soon as a profiler adds one."""
+    from triton.knobs import HookChain
+
+    from tensorplay.compiler.backends.stax.triton.runtime import _hooked
+    chain = HookChain()
+    assert not _hooked(None) and not _hooked(chain)
+    chain.add(print)
+    assert _hooked(chain) and _hooked(print)
+
+
+class _FakeRun:
+    """Triton's CudaLauncher as the Launcher sees it: the C launcher in ``launch``, scratch sizes."""
+    global_scratch_size = profile_scratch_size = 0
+    launch_cooperative_grid = launch_pdl = False
+
+    def __init__(self, log, scratch=0):
+        self.log, self.global_scratch_size = log, scratch
+        self.launch = lambda *a: log.append(("raw", a))
+
+    def __call__(self, *a):
+        self.log.append(("python launcher", a))
+
+
+class _FakeKernel:
+    __name__ = "kernel0"
+
+    def __init__(self, log, scratch=0):
+        self.log, self.scratch = log, scratch
+
+    def __getitem__(self, grid):
+        def jit(*args, **cfg):
+            self.log.append(("jit", grid, cfg))
+            return type("C", (), {"run": _FakeRun(self.log, self.scratch), "function": "fn", "packed_metadata": "meta"})()
+        return jit
+
+
+@pytest.mark.parametrize("scratch", [0, 64])
+def test_launcher_launches_directly_after_the_first_call(monkeypatch, scratch):
+    """The first launch of a specialisation goes through Triton's JIT; the next ones call the C
+    launcher with Triton's argument layout (grid, stream, function, flags, scratch, metadata, hooks,
+    the kernel's arguments, then its constexpr blocks) -- or Triton's Python launcher when the kernel
+    needs scratch memory; a listening launch hook sends every launch back through the JIT."""
+    from triton import knobs
+
+    from tensorplay.compiler.backends.stax.triton.runtime import Launcher
+    monkeypatch.setattr(torch.cuda, "current_device", lambda: 0)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda d: 7, raising=False)
+    log = []
+    lz = Launcher(_FakeKernel(log, scratch), {"XBLOCK": 128, "num_warps": 4, "num_stages": 1})
+    a, b = torch.randn(1000), torch.empty(1000)
+    lz(1000, a, b, 1000)
+    assert log == [("jit", (8,), {"XBLOCK": 128, "num_warps": 4, "num_stages": 1})]
+    log.clear()
+    lz(1000, a, b, 1000)
+    head = (8, 1, 1, 7, "fn")
+    if scratch:
+        assert log == [("python launcher", head + ("meta", None, None, None, a, b, 1000, 128))]
+    else:
+        assert log == [("raw", head + (False, False, None, None, "meta", None, None, None, a, b, 1000, 128))]
+    log.clear()
+    lz(1000, a[1:], b, 1000)          # another specialisation (an unaligned input): the JIT again
+    assert log and log[0][0] == "jit"
+    log.clear()
+    knobs.runtime.launch_enter_hook.add(print)
+    try:
+        lz(1000, a, b, 1000)
+    finally:
+        knobs.runtime.launch_enter_hook.remove(print)
+    assert log and log[0][0] == "jit"

@@ -1,5 +1,6 @@
-"""Scaled dot-product attention (chapter §1.2): ATen's fused kernel forward, a backward recomputed with
-matmul + softmax (``sdpa_scores``), and ``sdpa_composite``, the same attention written in tp ops
+"""Scaled dot-product attention (chapter §1.2): ATen's fused kernel forward, ATen's fused backward
+(``_sdpa_fused_backward``; the scores recomputed with matmul + softmax, ``sdpa_scores``, only for a
+float mask that needs its gradient), and ``sdpa_composite``, the same attention written in tp ops
 (``tensorplay.nn.functional`` uses it with dropout, so that forward and backward share the mask)."""
 from __future__ import annotations
 
@@ -9,6 +10,7 @@ import torch
 import torch.nn.functional as TF
 
 from .._helpers import sum_to
+from ...autograd import grad_mode as _gm
 from ..registry import OPS, register
 from ._common import N
 
@@ -69,14 +71,42 @@ def sdpa_scores(q, k, attn_mask, is_causal, scale):
     return (s if bias is None else s + bias), sc
 
 
+def _sdpa_fused_backward(grad, query, key, value, attn_mask, is_causal, scale, enable_gqa):
+    """(dq, dk, dv) by ATen's fused attention backward (flash / memory-efficient on a GPU, flash on
+    the CPU): the forward is recomputed by the fused kernel under torch's autograd -- its softmax
+    statistics are not kept by the forward op -- and differentiated; the L x S scores are never
+    materialised."""
+    with torch.enable_grad():
+        q, k, v = (t.detach().requires_grad_() for t in (query, key, value))
+        out = TF.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal,
+                                              scale=scale, enable_gqa=enable_gqa)
+        return tuple(t.contiguous() for t in torch.autograd.grad(out, (q, k, v), grad))
+
+
+def _sdpa_fused_backward_meta(grad, query, key, value, attn_mask, is_causal, scale, enable_gqa):
+    return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (query, key, value))
+
+
+register("_sdpa_fused_backward(Tensor grad, Tensor query, Tensor key, Tensor value, Tensor? attn_mask, "
+         "bool is_causal, float? scale, bool enable_gqa) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)",
+         _sdpa_fused_backward, meta=_sdpa_fused_backward_meta, tags=N, method=False, function=False,
+         doc="The gradients of scaled_dot_product_attention w.r.t. query, key and value by ATen's fused "
+             "backward (the forward recomputed by the fused kernel).")
+
+
 def _sdpa_bwd(ctx, g):
     q, k, v, mask = ctx.query, ctx.key, ctx.value, ctx.attn_mask
+    n = ctx.needs_input_grad
+    if not _gm._state.enabled and not (n[3] and mask is not None and mask.is_floating_point()):
+        # (a backward that records a graph -- create_graph=True, for a double backward -- and a mask
+        # that needs its gradient take the recomputed scores below: ATen's fused backward has neither)
+        gq, gk, gv = OPS["_sdpa_fused_backward"].fn(g, q, k, v, mask, ctx.is_causal, ctx.scale, ctx.enable_gqa)
+        return (gq if n[0] else None), (gk if n[1] else None), (gv if n[2] else None), None
     hq = q.shape[-3] if q.dim() >= 3 else None
     gqa = ctx.enable_gqa and hq is not None and k.shape[-3] != hq
     ke, ve = (_expand_kv(k, hq), _expand_kv(v, hq)) if gqa else (k, v)
     s, sc = sdpa_scores(q, ke, mask, ctx.is_causal, ctx.scale)
     p = OPS["softmax"].fn(s, -1)
-    n = ctx.needs_input_grad
     gq = gk = gv = gm = None
     if n[2]:
         gv = p.transpose(-2, -1).matmul(g)

@@ -158,7 +158,7 @@ def aot_decompose(node) -> bool:
     if d is None or d.name != "scaled_dot_product_attention":
         return False
     q, k = (a.meta.get("val") for a in node.args[:2])
-    if q is None or k is None or q.dim() < 2:   # (meta values; Stax compiles CPU regions only)
+    if q is None or k is None or q.dim() < 2:   # (meta values)
         return False
     return math.prod(q.shape[:-1]) * k.shape[-2] <= config.get("stax.sdpa_decompose_max_scores")
 

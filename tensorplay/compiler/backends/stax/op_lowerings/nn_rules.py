@@ -104,6 +104,18 @@ def _log_softmax_of(x, dim, dtype):
         raise Unsupported("log_softmax of integers")
     if math.prod(x.get_size()) == 0:
         return TensorBox(Pointwise(dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, dtype)))
+    nd = max(len(x.get_size()), 1)
+    row = x.get_size()[dim % nd] if x.get_size() else 1
+    if dim % nd == nd - 1 and device_backend(torch.device(x.device).type).online_softmax(row):
+        # a long row: (m, d) in one pass, then x - m - log(d) (two passes, not three)
+        xl0 = x.make_loader()
+        src = x if dtype == x.dtype else TensorBox(Pointwise(dtype, x.device, x.get_size(),
+                                                             lambda i: ops.to_dtype(xl0(i), dtype)))
+        stats = make_multi_reduction(src, dim, True, "online_softmax", {"max": dtype, "sum": dtype}, acc_dtype=dtype)
+        ml, dl = (broadcast_loader(stats[k], x.get_size()) for k in ("max", "sum"))
+        xl = src.make_loader()
+        return TensorBox(Pointwise(dtype, x.device, x.get_size(),
+                                   lambda i: ops.sub(ops.sub(xl(i), ml(i)), ops.log(dl(i)))))
     src, shifted = _softmax_parts(x, dim, dtype)
     e = TensorBox(Pointwise(dtype, x.device, x.get_size(), lambda i: ops.exp(shifted(i))))
     s = _realize(make_reduction(e, dim, True, "sum", dtype))
@@ -670,7 +682,8 @@ def _rms_norm(x, normalized_shape, weight=None, eps=None):
 # ---- losses ---------------------------------------------------------------------------------------------
 # Elementwise losses are a Pointwise of (self, target) reduced like eager ('none' / 'sum' / 'mean' /
 # kl_div's 'batchmean'); nll_loss reads self at each sample's target class (an indirect load, checked
-# in the kernel); cross_entropy with class indices is log_softmax then nll_loss, one row pass each;
+# in the kernel); cross_entropy with class indices is log_softmax's row statistics, then nll_loss
+# reading x at each target (the log-probabilities are not materialised);
 # nll_loss_backward is a Pointwise (the target class of the row gets -weight·g, the others 0) — no
 # scatter needed.
 def _loss_reduce(box, reduction, dtype):
@@ -835,7 +848,9 @@ def _cross_entropy(x, target, weight=None, reduction="mean", ignore_index=-100, 
     if label_smoothing != 0 or target.dtype.is_floating_point:
         raise Unsupported("cross_entropy with label smoothing or class probabilities")
     _nll_rows(x.get_size(), "cross_entropy")
-    lsm = _realize(_log_softmax_of(x, len(x.get_size()) - 1, x.dtype))
+    # not realized: nll reads log_softmax at one class per sample, x[i, t] - (row statistics), so
+    # the (N, C) log-probabilities never go through memory
+    lsm = _log_softmax_of(x, len(x.get_size()) - 1, x.dtype)
     return _nll(lsm, target, weight, reduction, ignore_index, "cross_entropy")
 
 

@@ -13,6 +13,7 @@ import math
 import sympy
 import torch
 
+from ..device import device_backend
 from ..ir import Pointwise, Reduction, TensorBox, Unsupported
 from ..ops_handler import ops
 from .pointwise_rules import _conv, _realize, broadcast_loader, nonneg_size, size_constant
@@ -313,6 +314,15 @@ def _logsumexp(x, dim, keepdim=False):
         # log of an empty sum: -inf, as in eager (its max over the empty dim is never taken)
         return TensorBox(Pointwise(out.dtype, x.device, tuple(out.shape),
                                    lambda i: ops.constant(float("-inf"), out.dtype)))
+    dims = _norm_dims(dim, len(size))
+    if len(dims) == 1 and dims[0] == len(size) - 1 and \
+            device_backend(torch.device(x.device).type).online_softmax(size[dims[0]]):
+        # a long row: its (m, d) in one pass (Prop. 9.1); lse = m + log(d), an infinite m as is
+        st = make_multi_reduction(x, dim, keepdim, "online_softmax", {"max": x.dtype, "sum": x.dtype},
+                                  acc_dtype=x.dtype)
+        ml1, dl1 = st["max"].make_loader(), st["sum"].make_loader()
+        return TensorBox(Pointwise(x.dtype, x.device, st["max"].get_size(),
+                                   lambda i: ops.where(ops.isinf(ml1(i)), ml1(i), ops.add(ml1(i), ops.log(dl1(i))))))
     m = _realize(make_reduction(x, dim, True, "max", x.dtype))
     ml = broadcast_loader(m, x.get_size())
     xl = x.make_loader()

@@ -21,6 +21,7 @@ is Triton's own ``JITFunction`` (or ``InterpretedFunction``), launched as ``kern
 """
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 
@@ -35,6 +36,7 @@ GPU_LIBDEVICE = "from triton.language.extra import libdevice"
 INTERPRETER_LIBDEVICE = "from tensorplay.compiler.backends.stax.triton.interpret import libdevice"
 
 _cache_set = False
+_NO_SPAN = contextlib.nullcontext()
 
 
 def cdiv(a: int, b: int) -> int:
@@ -126,6 +128,26 @@ def _spec(a):
     return a.data_ptr() % 16 == 0
 
 
+def _hooked(hook) -> bool:
+    """Whether a launch hook listens: Triton 3.6's knobs hold a ``HookChain`` that is never None (a
+    chain without calls is silent), earlier ones a function or None."""
+    return hook is not None and bool(getattr(hook, "calls", True))
+
+
+def _launch_entry(c):
+    """(launch function, kernel handle, the arguments between them and the kernel's) of a compiled
+    kernel ``c``, launched with no hooks: the C launcher itself when the kernel needs no scratch
+    memory (Triton's Python ``CudaLauncher.__call__`` only allocates scratch, then calls it), else
+    that Python launcher."""
+    run = c.run
+    raw = getattr(run, "launch", None)
+    if raw is not None and getattr(run, "global_scratch_size", 1) == 0 and getattr(run, "profile_scratch_size", 1) == 0 \
+            and hasattr(run, "launch_cooperative_grid") and hasattr(run, "launch_pdl"):
+        return raw, c.function, (run.launch_cooperative_grid, run.launch_pdl, None, None, c.packed_metadata,
+                                 None, None, None)
+    return run, c.function, (c.packed_metadata, None, None, None)
+
+
 class Launcher:
     """A Triton kernel with its launch configuration, launched at low cost (the call overhead of
     §9.9 and §11.2): the first call of each argument specialisation goes through Triton's JIT
@@ -169,26 +191,30 @@ class Launcher:
         return cdiv(numel, cfg["XBLOCK"])
 
     def __call__(self, xnumel, *args):
-        key = tuple(_spec(a) for a in args)
-        c = self.compiled.get(key)
-        if c is None:
-            if self.tune and self.tuned is None:
-                self._autotune(xnumel, args)
-            cfg = self.config
-            with span(f"triton jit {getattr(self.kernel, '__name__', 'kernel')}", "compile"):
-                self.compiled[key] = self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
+        hit = self.compiled.get(tuple(map(_spec, args)))
+        if hit is None or _hooked(self._knobs.launch_enter_hook):
+            return self._jit_launch(xnumel, args, hit is None)
+        run, function, middle, blocks, xblock = hit
+        grid = self.grid if self.grid is not None else \
+            (-(-xnumel // xblock) if xnumel.__class__ is int else self._grid(xnumel, self.config))
+        run(grid, 1, 1, self._stream(self._device), function, *middle, *args, *blocks)
+
+    def _jit_launch(self, xnumel, args, first):
+        """A launch through Triton's JIT: the first of a specialisation (tuned first under
+        ``tune``; the compiled kernel's launcher, function handle, metadata and trailing constexprs
+        are kept for the direct launches), or any launch while a launch hook listens (a profiler)."""
+        if first and self.tune and self.tuned is None:
+            self._autotune(xnumel, args)
+        cfg = self.config
+        with span(f"triton jit {getattr(self.kernel, '__name__', 'kernel')}", "compile") if first else _NO_SPAN:
+            c = self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
+        if first:
             import torch
             from triton import knobs
             self._device = torch.cuda.current_device()
             self._stream = torch._C._cuda_getCurrentRawStream
             self._knobs = knobs.runtime
-            return
-        cfg = self.config
-        if self._knobs.launch_enter_hook is not None:      # a profiler listens: Triton's own path
-            self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
-            return
-        c.run(self._grid(xnumel, cfg), 1, 1, self._stream(self._device), c.function, c.packed_metadata, None,
-              None, None, *args, *self._blocks(cfg))
+            self.compiled[tuple(map(_spec, args))] = (*_launch_entry(c), self._blocks(cfg), cfg.get("XBLOCK"))
 
     def _autotune(self, xnumel, args):
         import torch

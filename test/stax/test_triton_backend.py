@@ -387,7 +387,8 @@ def test_triton_long_softmax_takes_the_online_monoid(dtype):
     assert "_online_softmax_combine" in src and src.split("@triton.jit\ndef kernel")[1].count("tl.range(") == 2
 
 
-@pytest.mark.parametrize("case", ["full sum", "few long rows", "few columns", "any all int", "mean var no split"])
+@pytest.mark.parametrize("case", ["full sum", "few long rows", "few columns", "a bias gradient", "any all int",
+                                  "mean var no split"])
 def test_triton_split_reductions(case):
     """Few long rows: the rows are cut into chunks, a first kernel writes partial results, a second
     combines them (plan.py's split); argmax/welford and symbolic sizes are not split."""
@@ -395,6 +396,7 @@ def test_triton_split_reductions(case):
         "full sum": (lambda x: x.sum() * 2, rnd(3, 30000), True),
         "few long rows": (lambda x: (x.amax(-1), x.amin(-1), (x * x).sum(-1)), rnd(2, 50000), True),
         "few columns": (lambda x: x.sum(0), rnd(40000, 3), True),
+        "a bias gradient": (lambda x: (x.sum(0), (x * x).sum(0)), rnd(2048, 96), True),   # 2 programs of 64 columns
         "any all int": (lambda x: ((x > 3.5).any(-1), (x > -9).all(-1), (x * 10).to(tp.int64).sum(-1)),
                         rnd(2, 40000), True),
         "mean var no split": (lambda x: x.var(-1), rnd(2, 40000), False),

@@ -148,7 +148,9 @@ def plan_triton(plan) -> TritonPlan:
 #: a reduction kernel of fewer programs than this leaves SMs idle: split its rows (an H100/H200 has
 #: 132 SMs; a few programs each keep it busy) ...
 SPLIT_BELOW_PROGRAMS = 264
-#: ... when its rows have at least this many elements; the split aims at this many programs
+#: ... when a program would reduce at least this many elements (XBLOCK rows of the row length: a
+#: column reduction's 64 columns of 8192 rows -- a bias gradient of a GPT step -- ran on 12 programs
+#: at 200-800 GB/s on an H200, docs/PERFORMANCE.md); the split aims at this many programs
 SPLIT_MIN_ROW = 1 << 14
 SPLIT_TARGET_PROGRAMS = 528
 #: the reductions whose partial results combine by their own monoid (argmax / welford do not split)
@@ -168,7 +170,7 @@ def _with_split(plan, p):
         return p
     rows, row = int(p.xnumel), int(p.rnumel)
     programs = -(-rows // p.XBLOCK)
-    if programs >= SPLIT_BELOW_PROGRAMS or row < SPLIT_MIN_ROW:
+    if programs >= SPLIT_BELOW_PROGRAMS or p.XBLOCK * row < SPLIT_MIN_ROW:
         return p
     split = min(SPLIT_TARGET_PROGRAMS // programs, max(1, row // (4 * p.RBLOCK)))
     split = 1 << max(0, split.bit_length() - 1)      # (a power of two: the combine's tl.arange)

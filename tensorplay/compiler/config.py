@@ -131,6 +131,9 @@ KNOBS = {k.name: k for k in (
                                                "of §6.6)", "TP_STAX_KEEP_REALIZED_LOCAL", keyed=True),
     _k("stax.max_inline_ops", int, 24, "a value read by several consumers is recomputed by each unless it costs "
                                        "more ops than this (§6.6)", keyed=True),
+    _k("stax.max_inline_loads", int, 4, "a value read by several consumers is recomputed by each unless it "
+                                        "loads more buffers than this (a residual stream's chain of adds)",
+       keyed=True),
     _k("stax.pool_unroll_max", int, 25, "pooling windows of at most this many elements are unrolled into a "
                                         "pointwise kernel", keyed=True),
     _k("stax.sdpa_decompose_max_scores", int, 1 << 20, "training regions decompose attention whose score matrix "

@@ -484,3 +484,24 @@ def test_launcher_launches_directly_after_the_first_call(monkeypatch, scratch):
     finally:
         knobs.runtime.launch_enter_hook.remove(print)
     assert log and log[0][0] == "jit"
+
+
+def _residual_stream(x, *ws):
+    """A transformer's residual stream: x_k = x_{k-1} + layer_norm(x_{k-1}) @ w_k -- x_{k-1} read by
+    the layer norm (a kernel before the matmul) and by the add (after it)."""
+    for w in ws:
+        x = x + F.layer_norm(x, (x.shape[-1],)) @ w
+    return x
+
+
+@pytest.mark.parametrize("max_loads", [4, 100])
+def test_residual_stream_is_materialised_not_reread(config_patch, max_loads):
+    """A value with several readers that loads more than ``stax.max_inline_loads`` buffers is written
+    once: no kernel re-reads the whole chain of branch outputs (with the limit lifted, the last
+    layer norm recomputes x_7 from all its terms)."""
+    config_patch("stax.max_inline_loads", max_loads)
+    ins = [rnd(16, 32, seed=0)] + [rnd(32, 32, seed=k) * 0.2 for k in range(1, 9)]
+    _, cf = run_native(_residual_stream, *ins, n_red=32 * 9, scale=8.0)
+    kernels = _source(cf).split("@triton.jit")[1:]
+    most = max(len(set(re.findall(r"tl\.load\((arg\d+|buf\d+)", k))) for k in kernels)
+    assert (most <= max_loads + 1) if max_loads == 4 else most >= 8, most

@@ -37,6 +37,7 @@ __all__ = ["should_realize", "realize_reread", "can_fuse", "score_fusion", "pric
 #: the chapter's names of the heuristics' knobs -> their names in tensorplay/compiler/config.py
 KNOB_NAMES = {
     "MAX_INLINE_OPS": "stax.max_inline_ops",
+    "MAX_INLINE_LOADS": "stax.max_inline_loads",
     "HORIZONTAL_FUSION": "stax.horizontal_fusion",
     "KEEP_REALIZED_LOCAL": "stax.keep_realized_local",
     "SDPA_DECOMPOSE_MAX_SCORES": "stax.sdpa_decompose_max_scores",
@@ -90,15 +91,20 @@ def should_realize(loops, node) -> bool:
     """Materialisation cost model (§6.6, CPU).  A pointwise value with one reader is always
     inlined (recomputing it costs nothing extra).  With several readers it is written to memory
     when recomputation is expensive: it calls a transcendental function (exp, log, tanh, erf...:
-    tens of cycles per element, more than reading it back from cache) or has more than
-    MAX_INLINE_OPS ops (``stax.max_inline_ops``).  Otherwise each reader recomputes it (no write, no
-    extra read)."""
+    tens of cycles per element, more than reading it back from cache), has more than
+    MAX_INLINE_OPS ops (``stax.max_inline_ops``) or makes more than MAX_INLINE_LOADS loads
+    (``stax.max_inline_loads``: r readers recomputing a value of n loads read r·n elements per
+    element, writing it once and reading it back 1 + r -- a transformer's residual stream, a chain of
+    adds each read by a layer norm and the next add, would otherwise be re-read from all of its
+    terms by every layer, quadratically in depth).  Otherwise each reader recomputes it (no write,
+    no extra read)."""
     users = [u for u in node.users if u.op != "output"]
     n_readers = len(users) + (1 if any(u.op == "output" for u in node.users) else 0)
     if n_readers <= 1:
         return False
     p = price(loops)
-    return p.transcendental > 0 or p.ops > config.get("stax.max_inline_ops")
+    return p.transcendental > 0 or p.ops > config.get("stax.max_inline_ops") or \
+        p.n_loads > config.get("stax.max_inline_loads")
 
 
 def realize_reread(loops, factor) -> bool:

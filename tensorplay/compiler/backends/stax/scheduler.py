@@ -184,12 +184,33 @@ class Scheduler:
         return bool(g_later.reads & g_earlier.writes)
 
     def _succ(self, g):
-        """The groups that read what ``g`` writes (cached until the groups change: ``_merge``)."""
+        """The groups that read what ``g`` writes (from the readers' index; cached until the groups
+        change: ``_merge``)."""
         cache = self.__dict__.get("_succ_cache")
         if cache is None:
-            cache = self._succ_cache = {id(a): [h for h in self.groups if h is not a and h.reads & a.writes]
-                                        for a in self.groups}
-        return cache[id(g)]
+            cache = self._succ_cache = {}
+        out = cache.get(id(g))
+        if out is None:
+            readers = self._readers_index()
+            seen, out = {id(g)}, []
+            for name in g.writes:
+                for h in readers.get(name, ()):
+                    if id(h) not in seen:
+                        seen.add(id(h))
+                        out.append(h)
+            out.sort(key=lambda h: h.order)
+            cache[id(g)] = out
+        return out
+
+    def _readers_index(self):
+        """buffer name -> the groups that read it (kept up to date by ``_merge``)."""
+        idx = self.__dict__.get("_readers")
+        if idx is None:
+            idx = self._readers = {}
+            for h in self.groups:
+                for name in h.reads:
+                    idx.setdefault(name, []).append(h)
+        return idx
 
     def path_through_other(self, a, b) -> bool:
         """Is there a path a -> x -> ... -> b with x not in {a, b}?"""
@@ -258,6 +279,61 @@ class Scheduler:
 
     # -- the greedy loop (Alg. 7.1) -------------------------------------------------------------
     def fuse(self):
+        """Alg. 7.1: merge the legal pair of best ``choices.score_fusion`` until none is left.
+
+        Incremental, with the exhaustive loop's result (``fuse_exhaustive``, which the tests compare
+        it with): the candidates are the pairs that share a buffer (found through the readers'
+        index, not by testing every pair), kept in a heap by (score, the pair's place in program
+        order) -- a pair's score depends on its two groups only, so a merge re-scores only the pairs
+        of the merged group -- and each popped pair is checked by ``choices.can_fuse`` then.  A
+        pair found illegal stays illegal while its groups are unchanged (merging two *other* groups
+        only adds paths between groups, Prop. 7.1's obstacle), so it is dropped; a legal pair is the
+        best legal one, as in the exhaustive loop."""
+        import heapq
+        gen = {id(g): 0 for g in self.groups}
+        alive = {id(g): g for g in self.groups}
+        heap = []
+
+        def push_pairs(g):
+            readers = self._readers_index()
+            writer = self._writer_index()
+            others = {}
+            for name in g.writes:
+                for h in readers.get(name, ()):
+                    others[id(h)] = h
+            for name in g.reads:
+                w = writer.get(name)
+                if w is not None:
+                    others[id(w)] = w
+                for h in readers.get(name, ()):
+                    others[id(h)] = h
+            others.pop(id(g), None)
+            for h in others.values():
+                a, b = (g, h) if g.order < h.order else (h, g)
+                shared, neg_dist = choices.score_fusion(self, a, b)
+                heapq.heappush(heap, (-shared, -neg_dist, a.order, b.order, gen[id(a)], gen[id(b)], id(a), id(b)))
+
+        for g in list(self.groups):
+            push_pairs(g)
+        while heap:
+            _, _, _, _, ga, gb, ia, ib = heapq.heappop(heap)
+            a, b = alive.get(ia), alive.get(ib)
+            if a is None or b is None or gen[ia] != ga or gen[ib] != gb:
+                continue                  # a pair of a group that has changed since: re-pushed
+            if not choices.can_fuse(self, a, b):
+                continue
+            self._merge(a, b)
+            del alive[ib]
+            gen[ia] += 1
+            push_pairs(a)
+        self.program_order = list(self.groups)
+        self.groups = self.memory_order()
+        self._succ_cache = self._readers = self._writer = None   # (a backend's prepare_schedule may change the groups)
+        return self
+
+    def fuse_exhaustive(self):
+        """Alg. 7.1 as the chapter states it: every round scans every pair of groups (the reference
+        ``fuse`` is tested against; quadratic per round)."""
         while True:
             best = None
             for i, g1 in enumerate(self.groups):
@@ -275,11 +351,26 @@ class Scheduler:
             self._merge(g1, g2)
         self.program_order = list(self.groups)
         self.groups = self.memory_order()
-        self._succ_cache = None        # (the groups may still change: a backend's prepare_schedule)
+        self._succ_cache = self._readers = self._writer = None
         return self
+
+    def _writer_index(self):
+        """buffer name -> the group that writes it (kept up to date by ``_merge``)."""
+        idx = self.__dict__.get("_writer")
+        if idx is None:
+            idx = self._writer = {name: h for h in self.groups for name in h.writes}
+        return idx
 
     def _merge(self, g1, g2):
         self._succ_cache = None
+        readers, writer = self._readers_index(), self._writer_index()
+        for name in g2.reads:
+            lst = readers.get(name, [])
+            lst[:] = [h for h in lst if h is not g2]
+            if not any(h is g1 for h in lst):
+                lst.append(g1)
+        for name in g2.writes:
+            writer[name] = g1
         sig = self.merged_signature(g1, g2)
         g1.nodes = sorted(g1.nodes + g2.nodes, key=lambda n: n.order)
         g1.reads |= g2.reads
@@ -295,18 +386,28 @@ class Scheduler:
         self._order_groups()
 
     def _order_groups(self):
-        """Topological order of groups (a group runs after every group it reads from)."""
-        order, done = [], set()
-        pending = sorted(self.groups, key=lambda g: g.order)
-        while pending:
-            for g in pending:
-                if all(id(h) in done for h in self.groups if h is not g and g.reads & h.writes):
-                    order.append(g)
-                    done.add(id(g))
-                    pending.remove(g)
-                    break
-            else:
-                raise RuntimeError("scheduler: cycle between fused groups (Prop. 7.1 violated)")
+        """Topological order of groups (a group runs after every group it reads from); among the
+        groups whose inputs are ready, the smallest ``order`` first (Kahn's algorithm on a heap)."""
+        import heapq
+        writer = self._writer_index()
+        preds = {id(g): {id(writer[n]) for n in g.reads if n in writer and writer[n] is not g} for g in self.groups}
+        succs = {id(g): [] for g in self.groups}
+        for g in self.groups:
+            for p in preds[id(g)]:
+                succs[p].append(g)
+        left = {k: len(v) for k, v in preds.items()}
+        ready = [(g.order, id(g), g) for g in self.groups if left[id(g)] == 0]
+        heapq.heapify(ready)
+        order = []
+        while ready:
+            _, _, g = heapq.heappop(ready)
+            order.append(g)
+            for h in succs[id(g)]:
+                left[id(h)] -= 1
+                if left[id(h)] == 0:
+                    heapq.heappush(ready, (h.order, id(h), h))
+        if len(order) != len(self.groups):
+            raise RuntimeError("scheduler: cycle between fused groups (Prop. 7.1 violated)")
         self.groups = order
 
     # -- kernel order (§7.5) ------------------------------------------------------------------------

@@ -631,6 +631,8 @@ class CompiledFunction:
             lines.append(f"--- specialization {i} ---")
             if e.eager is not None:
                 lines.append(f"runs eagerly: {e.lowered.eager_reason}")
+            if e.lowered.specialized_reason is not None:
+                lines.append(f"specialised to the sample's sizes for the backend: {e.lowered.specialized_reason}")
             lines.append(e.lowered.as_text())
             lines.append("guards:\n  " + "\n  ".join(e.lowered.guards))
         for i, rs in enumerate(self.recompile_reasons, start=1):

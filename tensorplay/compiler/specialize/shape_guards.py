@@ -51,6 +51,10 @@ def shape_entries(symbolic) -> list:
     """The key entries of a symbolic capture's size assumptions (over its tensor inputs,
     ``symbolic.inputs``)."""
     sources = symbolic.sources
+    # the dims specialize_graph pinned, by their symbol's source: a SymInt's ``node.expr`` is
+    # already the pinned integer by now (torch applies the replacements when it is read)
+    pinned = {(src.index, src.dim) for e, src in sources.items()
+              if e in symbolic.pinned_by_backend and src.kind == "size"}
     out = []
     for i, name, fake in symbolic.inputs:
         subject = f"arg {i} '{name}'"
@@ -58,7 +62,7 @@ def shape_entries(symbolic) -> list:
             e = symbolic.expr(s)
             ref = f"L[{i}]._data.shape[{d}]"
             if e.is_Integer:
-                if isinstance(s, torch.SymInt) and s.node.expr in symbolic.pinned_by_backend:
+                if isinstance(s, torch.SymInt) and (i, d) in pinned:
                     why = "specialised for the backend: its kernels take static sizes"
                 elif isinstance(s, torch.SymInt):
                     why = "specialised by a guard: the program needed its value, e.g. range() or int() of it"

@@ -20,7 +20,7 @@ import re
 import sympy
 import torch
 
-from ..bounds import IndirectIndex, _fraction, _size_fraction, _size_symbols, bound
+from ..bounds import IndirectIndex, _size_fraction, _size_symbols, bound
 from ..ir import Unsupported
 from ..ops_handler import COMPARE
 
@@ -98,6 +98,13 @@ def cexpr(e) -> str:
     if e.is_Pow and e.exp.is_Integer and 0 < int(e.exp) <= 4:     # a size squared: repeated products
         return "(" + " * ".join([cexpr(e.base)] * int(e.exp)) + ")"
     raise Unsupported(f"non-affine index expression {e}")
+
+
+def _atoms_of(expr, v) -> list:
+    """The ``Mod``/``floor`` atoms of ``expr`` that read the variable ``v``, in a fixed order (by
+    their text): a set's order follows the hash seed, and the code printed from the atoms -- and
+    which of them a rule looks at first -- must not differ between processes."""
+    return sorted((a for a in expr.atoms(sympy.Mod, sympy.floor) if v in a.free_symbols), key=str)
 
 
 class CppHandler:
@@ -248,18 +255,19 @@ class CppHandler:
         v = self.k.vec_var
         if v is None or self.mode == "row":
             return None
-        atoms = [a for a in expr.atoms(sympy.Mod, sympy.floor) if v in a.free_symbols]
+        atoms = _atoms_of(expr, v)
         if not atoms:
             return None
         syms, parts, period, tests = {}, [], 1, []
         for j, a in enumerate(atoms):
             if isinstance(a, sympy.Mod):
                 arg, q = sympy.expand(a.args[0]), a.args[1]
-                if not q.is_Integer:
-                    return None
             else:
-                arg, q = _fraction(a.args[0])
-            if int(q) <= 0 or arg.atoms(sympy.Mod, sympy.floor):
+                arg, q = sympy.fraction(sympy.together(a.args[0]))
+                arg = sympy.expand(arg)
+            # a modulus or divisor that is a size argument (roll, repeat along a symbolic dim) has
+            # no period known at compile time: no lane pattern, whichever atom comes first
+            if not q.is_Integer or int(q) <= 0 or arg.atoms(sympy.Mod, sympy.floor):
                 return None
             q, c = int(q), sympy.diff(arg, v)
             if not c.is_Integer:
@@ -288,9 +296,7 @@ class CppHandler:
             return None
         last = v + sympy.Symbol("n" if self.mode == "tail" else "VL", integer=True) - 1
         tests, lin = [], {}
-        for a in expr.atoms(sympy.Mod, sympy.floor):
-            if v not in a.free_symbols:
-                continue
+        for a in _atoms_of(expr, v):
             if isinstance(a, sympy.Mod):
                 arg, q = a.args
                 c = sympy.diff(arg, v)

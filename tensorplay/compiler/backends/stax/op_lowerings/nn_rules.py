@@ -22,14 +22,13 @@ import torch
 from .... import config
 from .. import choices
 from ..bounds import _fraction
-from ..device import device_backend
 from ..ir import Pointwise, TensorBox, Unsupported
 from ..ops_handler import ops
 from ..sizevars import evaluate_static_shape, size_hint
 from .extern_rules import _extern
 from .pointwise_rules import _conv, _realize, broadcast_loader, broadcast_size, size_constant
 from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_multi_reduction, make_reduction, reduction
-from .registry import V, _node, _out_val, register_lowering
+from .registry import V, _node, _out_val, backend_of, register_lowering
 from .view_rules import _and, _box, _checked, _icmp, _ix
 
 
@@ -57,7 +56,7 @@ def _softmax(x, dim, dtype=None):
         return TensorBox(Pointwise(out.dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, out.dtype)))
     nd = max(len(x.get_size()), 1)      # a 0-d input behaves as one element along dim -1
     row = x.get_size()[dim % nd] if x.get_size() else 1
-    backend = device_backend(torch.device(x.device).type)
+    backend = backend_of(x)
     if dim % nd == nd - 1 and backend.online_softmax(row):
         return _online_softmax(x, dim, out.dtype)
     src, shifted = _softmax_parts(x, dim, out.dtype)
@@ -106,7 +105,7 @@ def _log_softmax_of(x, dim, dtype):
         return TensorBox(Pointwise(dtype, x.device, x.get_size(), lambda i: ops.constant(0.0, dtype)))
     nd = max(len(x.get_size()), 1)
     row = x.get_size()[dim % nd] if x.get_size() else 1
-    if dim % nd == nd - 1 and device_backend(torch.device(x.device).type).online_softmax(row):
+    if dim % nd == nd - 1 and backend_of(x).online_softmax(row):
         # a long row: (m, d) in one pass, then x - m - log(d) (two passes, not three)
         xl0 = x.make_loader()
         src = x if dtype == x.dtype else TensorBox(Pointwise(dtype, x.device, x.get_size(),

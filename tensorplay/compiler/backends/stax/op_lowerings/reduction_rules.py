@@ -13,11 +13,10 @@ import math
 import sympy
 import torch
 
-from ..device import device_backend
 from ..ir import Pointwise, Reduction, TensorBox, Unsupported
 from ..ops_handler import ops
 from .pointwise_rules import _conv, _realize, broadcast_loader, nonneg_size, size_constant
-from .registry import _node, _out_val, register_lowering
+from .registry import _node, _out_val, backend_of, register_lowering
 
 
 # ---- reductions -----------------------------------------------------------------------------------------
@@ -316,7 +315,7 @@ def _logsumexp(x, dim, keepdim=False):
                                    lambda i: ops.constant(float("-inf"), out.dtype)))
     dims = _norm_dims(dim, len(size))
     if len(dims) == 1 and dims[0] == len(size) - 1 and \
-            device_backend(torch.device(x.device).type).online_softmax(size[dims[0]]):
+            backend_of(x).online_softmax(size[dims[0]]):
         # a long row: its (m, d) in one pass (Prop. 9.1); lse = m + log(d), an infinite m as is
         st = make_multi_reduction(x, dim, keepdim, "online_softmax", {"max": x.dtype, "sum": x.dtype},
                                   acc_dtype=x.dtype)

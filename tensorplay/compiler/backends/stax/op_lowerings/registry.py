@@ -59,3 +59,15 @@ def _out_val():
     if v is None:
         raise Unsupported("node has no meta value")
     return v
+
+
+def backend_of(box):
+    """The device backend that runs a value's kernels: its device's, or the graph's for a value on
+    ``meta`` (an AOT graph's values)."""
+    import torch
+
+    from ..device import device_backend
+    dev = torch.device(box.device)
+    if dev.type == "meta" and V.graph is not None:
+        dev = V.graph.device
+    return device_backend(dev.type)

@@ -71,18 +71,10 @@ class Adam(Optimizer):
                 for p in group["params"]:
                     if p._grad is None:
                         continue
-                    param = p._data
-                    grad = p._grad._data
-                    if grad.is_sparse:
-                        raise RuntimeError("Adam does not support sparse gradients")
-                    state = self.state[p]
-                    if len(state) == 0:
-                        self._init_state(p, state, amsgrad)
-                    if amsgrad and "max_exp_avg_sq" not in state:
-                        state["max_exp_avg_sq"] = _wrap(torch.zeros_like(param))
+                    param, grad = p._data, p._grad._data
+                    state, step = self._param_state(p, amsgrad)
                     if maximize:
                         grad = -grad
-                    step = _state_step(state, param.device)
                     if wd != 0:
                         if decoupled:
                             param.mul_(1 - lr * wd)
@@ -104,6 +96,17 @@ class Adam(Optimizer):
                     param.addcdiv_(exp_avg, denom, value=-step_size)
         return loss
 
+    def _param_state(self, p, amsgrad):
+        """(state, step) of a parameter with a gradient about to be stepped: its state created on the
+        first step (and ``max_exp_avg_sq`` when amsgrad is turned on later), ``step`` incremented."""
+        if p._grad._data.is_sparse:
+            raise RuntimeError("Adam does not support sparse gradients")
+        state = self.state[p]
+        if len(state) == 0:
+            self._init_state(p, state, amsgrad)
+        if amsgrad and "max_exp_avg_sq" not in state:
+            state["max_exp_avg_sq"] = _wrap(torch.zeros_like(p._data))
+        return state, _state_step(state, p._data.device)
 
     def _foreach_step(self, group, decoupled):
         """The step of a group as torch's multi-tensor Adam takes it (``foreach``): each operation once
@@ -115,14 +118,7 @@ class Adam(Optimizer):
         for p in group["params"]:
             if p._grad is None:
                 continue
-            if p._grad._data.is_sparse:
-                raise RuntimeError("Adam does not support sparse gradients")
-            state = self.state[p]
-            if len(state) == 0:
-                self._init_state(p, state, amsgrad)
-            if amsgrad and "max_exp_avg_sq" not in state:
-                state["max_exp_avg_sq"] = _wrap(torch.zeros_like(p._data))
-            step = _state_step(state, p._data.device)
+            state, step = self._param_state(p, amsgrad)
             ls = lists.setdefault((p._data.device, p._data.dtype), ([], [], [], [], [], []))
             for lst, v in zip(ls, (p._data, p._grad._data, state["exp_avg"]._data, state["exp_avg_sq"]._data,
                                    state["max_exp_avg_sq"]._data if amsgrad else None, step)):

@@ -326,10 +326,7 @@ class Scheduler:
             del alive[ib]
             gen[ia] += 1
             push_pairs(a)
-        self.program_order = list(self.groups)
-        self.groups = self.memory_order()
-        self._succ_cache = self._readers = self._writer = None   # (a backend's prepare_schedule may change the groups)
-        return self
+        return self._fused()
 
     def fuse_exhaustive(self):
         """Alg. 7.1 as the chapter states it: every round scans every pair of groups (the reference
@@ -349,6 +346,11 @@ class Scheduler:
                 break
             _, g1, g2 = best
             self._merge(g1, g2)
+        return self._fused()
+
+    def _fused(self):
+        """After fusion: the program order kept, the kernels put in memory order (§7.5), the
+        indexes dropped (a backend's prepare_schedule may still change the groups)."""
         self.program_order = list(self.groups)
         self.groups = self.memory_order()
         self._succ_cache = self._readers = self._writer = None

@@ -27,7 +27,7 @@ from ..ops_handler import ops
 from ..sizevars import evaluate_static_shape, size_hint
 from .extern_rules import _extern
 from .pointwise_rules import _conv, _realize, broadcast_loader, broadcast_size, size_constant
-from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_multi_reduction, make_reduction, reduction
+from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_reduction, online_stats, reduction
 from .registry import V, _node, _out_val, backend_of, register_lowering
 from .view_rules import _and, _box, _checked, _icmp, _ix
 
@@ -81,10 +81,7 @@ def _online_softmax(x, dim, dtype):
     """softmax from the (m, d) monoid (Prop. 9.1): one pass over the row for its max m and
     d = sum(exp(x - m)), one for exp(x - m) / d -- for a backend whose long rows are passes through
     memory (DeviceBackend.online_softmax)."""
-    xl0 = x.make_loader()
-    src = x if dtype == x.dtype else TensorBox(Pointwise(dtype, x.device, x.get_size(),
-                                                         lambda i: ops.to_dtype(xl0(i), dtype)))
-    stats = make_multi_reduction(src, dim, True, "online_softmax", {"max": dtype, "sum": dtype}, acc_dtype=dtype)
+    src, stats = online_stats(x, dim, True, dtype)
     ml = broadcast_loader(stats["max"], x.get_size())
     r = _realize(TensorBox(Pointwise(dtype, x.device, stats["sum"].get_size(),
                                      lambda i, d=stats["sum"].make_loader(): ops.reciprocal(d(i)))))
@@ -107,10 +104,7 @@ def _log_softmax_of(x, dim, dtype):
     row = x.get_size()[dim % nd] if x.get_size() else 1
     if dim % nd == nd - 1 and backend_of(x).online_softmax(row):
         # a long row: (m, d) in one pass, then x - m - log(d) (two passes, not three)
-        xl0 = x.make_loader()
-        src = x if dtype == x.dtype else TensorBox(Pointwise(dtype, x.device, x.get_size(),
-                                                             lambda i: ops.to_dtype(xl0(i), dtype)))
-        stats = make_multi_reduction(src, dim, True, "online_softmax", {"max": dtype, "sum": dtype}, acc_dtype=dtype)
+        src, stats = online_stats(x, dim, True, dtype)
         ml, dl = (broadcast_loader(stats[k], x.get_size()) for k in ("max", "sum"))
         xl = src.make_loader()
         return TensorBox(Pointwise(dtype, x.device, x.get_size(),

@@ -82,6 +82,16 @@ def make_multi_reduction(x: TensorBox, dims, keepdim, rtype, dtypes, acc_dtype=N
     return {o: _realize(TensorBox(r)) for o, r in reds.items()}
 
 
+def online_stats(x: TensorBox, dim, keepdim, dtype):
+    """(source, {"max": m, "sum": d}) of the (m, d) monoid over ``dim`` (Prop. 9.1: one pass for
+    the row's max and sum(exp(x - m))), x converted to ``dtype`` first -- softmax, log_softmax
+    and logsumexp of rows a backend would otherwise pass through several times."""
+    xl0 = x.make_loader()
+    src = x if dtype == x.dtype else TensorBox(Pointwise(dtype, x.device, x.get_size(),
+                                                         lambda i: ops.to_dtype(xl0(i), dtype)))
+    return src, make_multi_reduction(src, dim, keepdim, "online_softmax", {"max": dtype, "sum": dtype}, acc_dtype=dtype)
+
+
 def reduction(rtype):
     def rule(x, dim=None, keepdim=False, dtype=None):
         out = _out_val()
@@ -317,8 +327,7 @@ def _logsumexp(x, dim, keepdim=False):
     if len(dims) == 1 and dims[0] == len(size) - 1 and \
             backend_of(x).online_softmax(size[dims[0]]):
         # a long row: its (m, d) in one pass (Prop. 9.1); lse = m + log(d), an infinite m as is
-        st = make_multi_reduction(x, dim, keepdim, "online_softmax", {"max": x.dtype, "sum": x.dtype},
-                                  acc_dtype=x.dtype)
+        _, st = online_stats(x, dim, keepdim, x.dtype)
         ml1, dl1 = st["max"].make_loader(), st["sum"].make_loader()
         return TensorBox(Pointwise(x.dtype, x.device, st["max"].get_size(),
                                    lambda i: ops.where(ops.isinf(ml1(i)), ml1(i), ops.add(ml1(i), ops.log(dl1(i))))))

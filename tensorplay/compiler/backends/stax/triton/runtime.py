@@ -191,30 +191,32 @@ class Launcher:
         return cdiv(numel, cfg["XBLOCK"])
 
     def __call__(self, xnumel, *args):
-        hit = self.compiled.get(tuple(map(_spec, args)))
+        key = tuple(map(_spec, args))
+        hit = self.compiled.get(key)
         if hit is None or _hooked(self._knobs.launch_enter_hook):
-            return self._jit_launch(xnumel, args, hit is None)
+            return self._jit_launch(xnumel, args, key if hit is None else None)
         run, function, middle, blocks, xblock = hit
         grid = self.grid if self.grid is not None else \
             (-(-xnumel // xblock) if xnumel.__class__ is int else self._grid(xnumel, self.config))
         run(grid, 1, 1, self._stream(self._device), function, *middle, *args, *blocks)
 
     def _jit_launch(self, xnumel, args, first):
-        """A launch through Triton's JIT: the first of a specialisation (tuned first under
-        ``tune``; the compiled kernel's launcher, function handle, metadata and trailing constexprs
-        are kept for the direct launches), or any launch while a launch hook listens (a profiler)."""
-        if first and self.tune and self.tuned is None:
+        """A launch through Triton's JIT: the first of a specialisation (``first``: its key; tuned
+        first under ``tune``; the compiled kernel's launcher, function handle, metadata and trailing
+        constexprs are kept under the key for the direct launches), or any launch while a launch hook
+        listens (a profiler; ``first`` None)."""
+        if first is not None and self.tune and self.tuned is None:
             self._autotune(xnumel, args)
         cfg = self.config
-        with span(f"triton jit {getattr(self.kernel, '__name__', 'kernel')}", "compile") if first else _NO_SPAN:
+        with span(f"triton jit {getattr(self.kernel, '__name__', 'kernel')}", "compile") if first is not None else _NO_SPAN:
             c = self.kernel[(self._grid(xnumel, cfg),)](*args, **cfg)
-        if first:
+        if first is not None:
             import torch
             from triton import knobs
             self._device = torch.cuda.current_device()
             self._stream = torch._C._cuda_getCurrentRawStream
             self._knobs = knobs.runtime
-            self.compiled[tuple(map(_spec, args))] = (*_launch_entry(c), self._blocks(cfg), cfg.get("XBLOCK"))
+            self.compiled[first] = (*_launch_entry(c), self._blocks(cfg), cfg.get("XBLOCK"))
 
     def _autotune(self, xnumel, args):
         import torch

@@ -647,7 +647,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
                                  enable_gqa=False):
     """softmax(q kᵀ * scale + mask) @ v, with dropout on the attention weights when dropout_p > 0.
 
-    Without dropout this is one op (ATen's fused kernel forward, a matmul/softmax derivative);
+    Without dropout this is one op (ATen's fused kernel forward and backward, the backward reading
+    the forward's softmax statistics);
     with dropout it is composed of tp ops (matmul, softmax, native_dropout), so that the dropout
     mask is shared by forward and backward."""
     _check_p(dropout_p, "scaled_dot_product_attention")
@@ -656,4 +657,4 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
     if dropout_p > 0:
         from ..ops.nn_ops import sdpa_composite
         return sdpa_composite(query, key, value, attn_mask, float(dropout_p), is_causal, scale, enable_gqa)
-    return _op("scaled_dot_product_attention")(query, key, value, attn_mask, is_causal, scale, enable_gqa)
+    return _op("scaled_dot_product_attention")(query, key, value, attn_mask, is_causal, scale, enable_gqa)[0]

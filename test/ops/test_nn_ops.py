@@ -606,3 +606,39 @@ def test_forward_ad_and_backward_op_meta(name):
         s = sum((g * g).sum() for g in gs if g is not None)
         tp.autograd.grad([s], list(xs) + [go], allow_unused=True)
     check_meta(calls)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16])
+@pytest.mark.parametrize("kw", [dict(), dict(is_causal=True), dict(scale=0.4)])
+def test_sdpa_backward_reads_the_forward_statistics(dtype, kw):
+    """4-D attention without a mask keeps the forward's logsumexp rows: the backward is one fused
+    kernel (no recomputed forward, no scores), and its gradients equal torch's."""
+    from tensorplay.ops.registry import OPS
+    from tensorplay.testing import record_ops
+    q, k, v = r(2, 3, 5, 4, dtype=dtype), r(2, 3, 7, 4, dtype=dtype), r(2, 3, 7, 4, dtype=dtype)
+    out, lse = OPS["scaled_dot_product_attention"].fn(to_tp(q), to_tp(k), to_tp(v), None, kw.get("is_causal", False),
+                                                      kw.get("scale"), False)
+    s = (q.double() @ k.double().transpose(-1, -2)) * kw.get("scale", 0.5)
+    if kw.get("is_causal"):
+        s = s.masked_fill(~torch.ones(5, 7, dtype=torch.bool).tril(), float("-inf"))
+    tol = 1e-2 if dtype == torch.bfloat16 else 1e-5
+    torch.testing.assert_close(lse.torch().double(), torch.logsumexp(s, -1), atol=tol, rtol=tol)
+    tq, tk, tv = (to_tp(t, True) for t in (q, k, v))
+    g = r(2, 3, 5, 4, dtype=dtype)
+    with record_ops() as calls:
+        F.scaled_dot_product_attention(tq, tk, tv, **kw).backward(to_tp(g))
+    ops = {op.name for op, _, _ in calls}
+    assert "_sdpa_backward" in ops and "softmax" not in ops and "_sdpa_fused_backward" not in ops
+    rq, rk, rv = (t.clone().requires_grad_() for t in (q, k, v))
+    TF.scaled_dot_product_attention(rq, rk, rv, **kw).backward(g)
+    for a, b in zip((tq, tk, tv), (rq, rk, rv)):
+        torch.testing.assert_close(a.grad.torch(), b.grad, atol=tol, rtol=tol)
+    if dtype == torch.float64:
+        assert tp.autograd.gradcheck(lambda *a: F.scaled_dot_product_attention(*a, **kw),
+                                     tuple(to_tp(t, True) for t in (q, k, v)))
+
+
+def test_sdpa_empty_sequence_takes_no_statistics():
+    q, k, v = r(1, 2, 0, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)
+    check_op(lambda *a: F.scaled_dot_product_attention(*a), lambda *a: TF.scaled_dot_product_attention(*a), q, k, v,
+             exact=False, gradcheck=False)

@@ -102,6 +102,20 @@ def test_triton_softmax_is_one_persistent_kernel():
     assert "tl.range(" not in kernel
 
 
+def test_triton_persistent_row_of_many_loads_takes_one_row_per_program():
+    """A persistent reduction whose row reads more than PERSISTENT_MAX_ROW_LOADS buffers (a residual
+    stream's sum and its layer norm) holds one row per program, on more warps; a row of one load
+    keeps several rows per program."""
+    from tensorplay.compiler.backends.stax.triton.plan import PERSISTENT_MAX_ROW_LOADS
+    xs = [rnd(16, 300, seed=i) for i in range(PERSISTENT_MAX_ROW_LOADS + 2)]
+    stream = lambda *xs: F.layer_norm(sum(xs[1:], xs[0]), (300,))  # noqa: E731
+    out, cf = run_native(stream, *xs, n_red=2000)
+    src = _source(cf)
+    assert _kernels(cf) == ["kernel0"] and '"XBLOCK": 1, "num_warps": 4,' in src and '"RBLOCK": 512' in src
+    out, cf = run_native(lambda x: F.layer_norm(x, (300,)), xs[0])
+    assert '"XBLOCK": 16, "num_warps": 4,' in _source(cf)
+
+
 @pytest.mark.parametrize("n", [5000, 12345])
 def test_triton_looped_reductions_softmax_var_argmax(n):
     """Rows past the persistent threshold: every phase loops over the row (plan.py), later phases

@@ -9,6 +9,8 @@ maintained beside it (invariant 1).
 """
 from __future__ import annotations
 
+import math
+
 from ..._tensor import Tensor
 from ...autograd import grad_mode
 from .aliasing import alias_structure
@@ -40,7 +42,9 @@ def build_guard(key, name="guard"):
     lines.append("        return f'input structure changed: {exc}'")
     lines.append("    return None")
     src = "\n".join(lines) + "\n"
-    ns = {"_is_tensor": _is_tensor, "_training": _training, "_aliasing": alias_structure, "G": grad_mode._state,
+    # (``math``: sympy's Python printer writes floor, ceiling, Min and Max of size expressions as
+    # math.floor, ...)
+    ns = {"math": math, "_is_tensor": _is_tensor, "_training": _training, "_aliasing": alias_structure, "G": grad_mode._state,
           **consts}
     exec(compile(src, f"<tp guard {name}>", "exec"), ns)
     fn = ns[name]

@@ -1,7 +1,14 @@
-"""Scaled dot-product attention (chapter §1.2): ATen's fused kernel forward, ATen's fused backward
-(``_sdpa_fused_backward``; the scores recomputed with matmul + softmax, ``sdpa_scores``, only for a
-float mask that needs its gradient), and ``sdpa_composite``, the same attention written in tp ops
-(``tensorplay.nn.functional`` uses it with dropout, so that forward and backward share the mask)."""
+"""Scaled dot-product attention (chapter §1.2): ATen's fused kernel forward, which also returns the
+softmax statistics (the natural-log logsumexp of each query row of scaled, masked scores), and
+ATen's fused backward reading them (``_sdpa_backward``: flash on the CPU and for half dtypes on a GPU,
+memory-efficient for float32 on a GPU),
+so the backward never recomputes the forward.  Cases the fused kernels with statistics do not take
+(an attention mask, grouped-query heads, fewer than 4 dims, an empty sequence) return an empty
+statistics tensor and take ``_sdpa_fused_backward`` (the forward recomputed by the fused kernel);
+a backward that records a graph (double backward) or a float mask that needs its gradient take the
+scores recomputed with matmul + softmax (``sdpa_scores``).  ``sdpa_composite`` is the same attention
+written in tp ops (``tensorplay.nn.functional`` uses it with dropout, so that forward and backward
+share the mask)."""
 from __future__ import annotations
 
 import math
@@ -18,16 +25,117 @@ from ._common import N
 # =================================================================================================
 # scaled dot-product attention
 # =================================================================================================
-def _sdpa_kernel(query, key, value, attn_mask, is_causal, scale, enable_gqa):
+def _check_sdpa(query, key, value):
     if query.dim() < 2 or key.dim() < 2 or value.dim() < 2:
         raise RuntimeError("query, key and value must have at least 2 dims (..., L, E)")
     if query.shape[-1] != key.shape[-1] or key.shape[-2] != value.shape[-2]:
         raise RuntimeError(f"incompatible shapes: query {list(query.shape)}, key {list(key.shape)}, "
                            f"value {list(value.shape)} (need query[-1] == key[-1] and key[-2] == value[-2])")
-    out = TF.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal,
-                                          scale=scale, enable_gqa=enable_gqa)
-    # fused GPU kernels return a (B, L, H, E)-strided result; the op's layout contract is contiguous
-    return out.contiguous()
+
+
+def keeps_stats(query, key, value, attn_mask) -> bool:
+    """Does the forward return the softmax statistics (and the backward read them)?  For 4-D
+    (B, H, L, E) operands of one floating dtype and one head size, no mask, as many key/value heads
+    as query heads and non-empty sequences -- a rule on shapes and dtypes only, so a meta value answers as the device
+    does."""
+    return (attn_mask is None and query.dim() == 4 and key.dim() == 4 and value.dim() == 4
+            and query.shape[1] == key.shape[1] == value.shape[1] and query.shape[0] == key.shape[0] == value.shape[0]
+            and query.dtype in _STATS_DTYPES and key.dtype == value.dtype == query.dtype
+            and query.shape[3] == value.shape[3] and query.shape[2] > 0 and key.shape[2] > 0 and query.shape[3] > 0)
+
+
+_STATS_DTYPES = (torch.float32, torch.float64, torch.float16, torch.bfloat16)
+
+
+def _stats_dtype(dtype):
+    return torch.float64 if dtype == torch.float64 else torch.float32
+
+
+def _gpu_kernel(query):
+    """The GPU kernel that keeps the statistics: flash attention for float16/bfloat16 (head dims a
+    multiple of 8 up to 256), memory-efficient attention for float32 (a multiple of 8 up to 128),
+    none otherwise (float64: the statistics by a math pass, the backward recomputing the forward)."""
+    e = query.shape[-1]
+    if query.dtype in (torch.float16, torch.bfloat16) and e % 8 == 0 and e <= 256:
+        return "flash"
+    if query.dtype == torch.float32 and e % 8 == 0 and e <= 128:
+        return "efficient"
+    return None
+
+
+def _no_rng(device):
+    """The (seed, offset) tensors of a dropout-free fused attention call (read only with dropout)."""
+    return torch.zeros(2, dtype=torch.uint64, device=device), torch.zeros((), dtype=torch.uint64, device=device)
+
+
+def _math_stats(query, key, is_causal, scale):
+    sc = scale if scale is not None else 1.0 / math.sqrt(query.shape[-1])
+    s = torch.matmul(query, key.transpose(-2, -1)).to(_stats_dtype(query.dtype)) * sc
+    if is_causal:
+        keep = torch.ones(s.shape[-2:], dtype=torch.bool, device=s.device).tril()
+        s = s.masked_fill(~keep, float("-inf"))
+    return torch.logsumexp(s, -1)
+
+
+def _sdpa_kernel(query, key, value, attn_mask, is_causal, scale, enable_gqa):
+    _check_sdpa(query, key, value)
+    if not keeps_stats(query, key, value, attn_mask):
+        out = TF.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=0.0,
+                                              is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
+        # fused GPU kernels return a (B, L, H, E)-strided result; the op's layout contract is contiguous
+        return out.contiguous(), query.new_empty((0,), dtype=_stats_dtype(query.dtype))
+    L = query.shape[2]
+    if query.device.type == "meta":     # (shapes only: no guard on the GPU kernel's row padding)
+        return (torch.empty(query.shape, dtype=query.dtype, device="meta"),
+                torch.empty(query.shape[:-1], dtype=_stats_dtype(query.dtype), device="meta"))
+    if query.device.type == "cpu":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, is_causal,
+                                                                             scale=scale)
+    elif _gpu_kernel(query) == "flash":
+        out, lse = torch.ops.aten._scaled_dot_product_flash_attention(query, key, value, 0.0, is_causal, False,
+                                                                      scale=scale)[:2]
+    elif _gpu_kernel(query) == "efficient":
+        out, lse, _, _ = torch.ops.aten._scaled_dot_product_efficient_attention(query, key, value, None, True, 0.0,
+                                                                                is_causal, scale=scale)
+        lse = lse[..., :L]          # (the kernel pads the rows to a multiple of 32)
+    else:
+        out = TF.scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale)
+        lse = _math_stats(query, key, is_causal, scale)
+    return out.contiguous(), lse.contiguous()
+
+
+def _sdpa_backward(grad, query, key, value, output, logsumexp, is_causal, scale):
+    """(dq, dk, dv) from the forward's output and statistics by ATen's fused backward."""
+    if query.device.type == "cpu":
+        gs = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward(
+            grad, query, key, value, output, logsumexp, 0.0, is_causal, scale=scale)
+    elif _gpu_kernel(query) == "flash":
+        gs = torch.ops.aten._scaled_dot_product_flash_attention_backward(
+            grad.contiguous(), query, key, value, output, logsumexp, None, None, query.shape[2], key.shape[2], 0.0,
+            is_causal, *_no_rng(query.device), scale=scale)
+    elif _gpu_kernel(query) == "efficient":
+        B, H, L = logsumexp.shape
+        lse = logsumexp.new_full((B, H, -(-L // 32) * 32), float("inf"))
+        lse[..., :L] = logsumexp
+        zero = torch.zeros((), dtype=torch.int64, device=query.device)
+        gs = torch.ops.aten._scaled_dot_product_efficient_attention_backward(
+            grad.contiguous(), query, key, value, None, output, lse, zero, zero, 0.0, [True, True, True, False],
+            is_causal, scale=scale)[:3]
+    else:
+        return _sdpa_fused_backward(grad, query, key, value, None, is_causal, scale, False)
+    return tuple(t.contiguous() for t in gs)
+
+
+def _grads_meta(grad, query, key, value, *rest):
+    """Meta of the two backward ops: (dq, dk, dv) shaped as (query, key, value)."""
+    return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (query, key, value))
+
+
+register("_sdpa_backward(Tensor grad, Tensor query, Tensor key, Tensor value, Tensor output, Tensor logsumexp, "
+         "bool is_causal, float? scale) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)",
+         _sdpa_backward, meta=_grads_meta, tags=N, method=False, function=False,
+         doc="The gradients of scaled_dot_product_attention w.r.t. query, key and value from the forward's "
+             "output and softmax statistics, by ATen's fused backward.")
 
 
 def _expand_kv(t, hq):
@@ -83,24 +191,26 @@ def _sdpa_fused_backward(grad, query, key, value, attn_mask, is_causal, scale, e
         return tuple(t.contiguous() for t in torch.autograd.grad(out, (q, k, v), grad))
 
 
-def _sdpa_fused_backward_meta(grad, query, key, value, attn_mask, is_causal, scale, enable_gqa):
-    return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (query, key, value))
-
-
 register("_sdpa_fused_backward(Tensor grad, Tensor query, Tensor key, Tensor value, Tensor? attn_mask, "
          "bool is_causal, float? scale, bool enable_gqa) -> (Tensor grad_query, Tensor grad_key, Tensor grad_value)",
-         _sdpa_fused_backward, meta=_sdpa_fused_backward_meta, tags=N, method=False, function=False,
+         _sdpa_fused_backward, meta=_grads_meta, tags=N, method=False, function=False,
          doc="The gradients of scaled_dot_product_attention w.r.t. query, key and value by ATen's fused "
              "backward (the forward recomputed by the fused kernel).")
 
 
-def _sdpa_bwd(ctx, g):
+def _sdpa_bwd(ctx, g, g_lse):
+    # (the statistics output is internal -- nn.functional returns the attention alone -- and its
+    # gradient, zeros, is not read)
     q, k, v, mask = ctx.query, ctx.key, ctx.value, ctx.attn_mask
     n = ctx.needs_input_grad
     if not _gm._state.enabled and not (n[3] and mask is not None and mask.is_floating_point()):
         # (a backward that records a graph -- create_graph=True, for a double backward -- and a mask
         # that needs its gradient take the recomputed scores below: ATen's fused backward has neither)
-        gq, gk, gv = OPS["_sdpa_fused_backward"].fn(g, q, k, v, mask, ctx.is_causal, ctx.scale, ctx.enable_gqa)
+        out, lse = ctx.result
+        if lse.numel():
+            gq, gk, gv = OPS["_sdpa_backward"].fn(g, q, k, v, out, lse, ctx.is_causal, ctx.scale)
+        else:
+            gq, gk, gv = OPS["_sdpa_fused_backward"].fn(g, q, k, v, mask, ctx.is_causal, ctx.scale, ctx.enable_gqa)
         return (gq if n[0] else None), (gk if n[1] else None), (gv if n[2] else None), None
     hq = q.shape[-3] if q.dim() >= 3 else None
     gqa = ctx.enable_gqa and hq is not None and k.shape[-3] != hq
@@ -136,10 +246,18 @@ def sdpa_composite(query, key, value, attn_mask=None, dropout_p=0.0, is_causal=F
     return p.matmul(value)
 
 
+def _sdpa_decomp(q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False):
+    out = sdpa_composite(q, k, v, attn_mask, 0.0, is_causal, scale, enable_gqa)
+    if not keeps_stats(q, k, v, attn_mask):
+        return out, OPS["_empty"].fn([0], dtype=_stats_dtype(q.dtype), device=q.device)
+    s, _ = sdpa_scores(q, k, None, is_causal, scale)
+    return out, s.to(_stats_dtype(q.dtype)).logsumexp(-1)
+
+
 register("scaled_dot_product_attention(Tensor query, Tensor key, Tensor value, Tensor? attn_mask=None, "
-         "bool is_causal=False, float? scale=None, bool enable_gqa=False) -> Tensor", _sdpa_kernel,
-         backward=_sdpa_bwd, save=("query", "key", "value", "attn_mask"), tags=N, method=False, function=False,
-         decomp=lambda q, k, v, attn_mask=None, is_causal=False, scale=None, enable_gqa=False:
-         sdpa_composite(q, k, v, attn_mask, 0.0, is_causal, scale, enable_gqa),
+         "bool is_causal=False, float? scale=None, bool enable_gqa=False) -> (Tensor output, Tensor logsumexp)",
+         _sdpa_kernel, backward=_sdpa_bwd, save=("query", "key", "value", "attn_mask", "result"),
+         tags=N, method=False, function=False, decomp=_sdpa_decomp,
          doc="softmax(q kᵀ * scale + mask) @ v (scale = 1/sqrt(E) by default; a bool mask keeps True entries; "
-             "is_causal masks j > i).  Dropout lives in nn.functional (composite).")
+             "is_causal masks j > i), and the logsumexp of each row of the scaled scores when the fused kernel "
+             "keeps it (empty otherwise: keeps_stats).  Dropout lives in nn.functional (composite).")

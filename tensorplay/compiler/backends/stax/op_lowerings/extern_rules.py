@@ -52,7 +52,8 @@ register_lowering("scatter", "scatter_add", "index_add", "index_put", "_scatter_
                   "masked_select", "_masked_select_backward", "_storage_remap")(_extern)
 # library kernels with no loop-level form here: fused attention, and the scatter-adds of the
 # embedding and max-pooling backward ops
-register_lowering("scaled_dot_product_attention", "_sdpa_fused_backward", "embedding_dense_backward", "max_pool2d_with_indices_backward",
+register_lowering("scaled_dot_product_attention", "_sdpa_backward", "_sdpa_fused_backward", "embedding_dense_backward",
+                  "max_pool2d_with_indices_backward",
                   "adaptive_max_pool2d_backward")(_extern)
 # linear/bilinear resampling: ATen computes each dim's source rows and weights once and runs a
 # separable loop; a kernel here reading them per element, exact to eager's rounding, ran 2.4x

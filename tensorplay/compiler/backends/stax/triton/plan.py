@@ -40,7 +40,7 @@ import sympy
 
 from ..sizevars import is_static, size_hint, size_upper_bound
 
-__all__ = ["TritonPlan", "plan_triton", "PERSISTENT_MAX_ROW", "POINTWISE_XBLOCK", "POINTWISE_WARPS",
+__all__ = ["TritonPlan", "plan_triton", "PERSISTENT_MAX_ROW", "PERSISTENT_MAX_ROW_LOADS", "POINTWISE_XBLOCK", "POINTWISE_WARPS",
            "REDUCTION_BLOCK_ELEMS", "LOOPED_RBLOCK", "COLUMN_XBLOCK", "COLUMN_RBLOCK", "MAX_WARPS"]
 
 #: the longest row a persistent reduction keeps in registers (elements)
@@ -55,6 +55,13 @@ REDUCTION_BLOCK_ELEMS = 4096
 #: and row sums within 2 % of their best (benchmarks/triton_configs.py, docs/PERFORMANCE.md)
 PERSISTENT_BLOCK_ELEMS = 8192
 PERSISTENT_ELEMS_PER_WARP = 2048
+#: ... unless the row reads more than this many buffers: each row-wide load is a block of values held
+#: in registers until its last phase, and a backward kernel reading a GPT residual stream's dozen
+#: tensors over 8 rows of 1024 on 4 warps spilled, at 0.5 TB/s on an H200.  Such a kernel takes one row
+#: per program and a warp per PERSISTENT_LOADED_PER_WARP of its row-wide values (32 a thread; at most
+#: MAX_WARPS)
+PERSISTENT_MAX_ROW_LOADS = 4
+PERSISTENT_LOADED_PER_WARP = 1024
 #: the row block of a looped reduction
 LOOPED_RBLOCK = 1024
 #: column reductions: rows (output columns) per program and the row block
@@ -134,6 +141,13 @@ def _transposing(plan) -> bool:
     return False
 
 
+def _row_loads(plan) -> int:
+    """The buffers a reduction kernel loads along its rows (an index over a reduced loop)."""
+    inner = {lp.var for lp in plan.inner_loops}
+    return len({a.buffer for a in plan.accesses if a.kind == "load" and a.buffer not in plan.locals
+                and plan.translate(a.index).free_symbols & inner})
+
+
 def _bound(e) -> int | None:
     """A size's value when static, else its upper bound (None: unbounded)."""
     return size_hint(e) if is_static(e) else size_upper_bound(e)
@@ -202,6 +216,9 @@ def _plan_triton(plan) -> TritonPlan:
         return TritonPlan("reduction", persistent, True, xn, rn, xb, rb, _warps(xb * rb))
     if top is not None and top <= PERSISTENT_MAX_ROW:
         rb = _pow2(max(1, top))
+        loads = _row_loads(plan)
+        if loads > PERSISTENT_MAX_ROW_LOADS:
+            return TritonPlan("reduction", True, False, xn, rn, 1, rb, _warps(loads * rb, PERSISTENT_LOADED_PER_WARP))
         xb = max(1, min(_pow2(rows), PERSISTENT_BLOCK_ELEMS // rb))
         return TritonPlan("reduction", True, False, xn, rn, xb, rb, _warps(xb * rb, PERSISTENT_ELEMS_PER_WARP))
     rb = min(LOOPED_RBLOCK, _pow2(row))

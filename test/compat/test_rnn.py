@@ -313,6 +313,10 @@ def test_bad_inputs_name_the_module():
         nn.RNN(I, H)(tp.randn(4, 3, I), tp.randn(3, H))
     with pytest.raises(RuntimeError, match=r"nn\.RNN: For unbatched 2-D input, hx should also be 2-D"):
         nn.RNN(I, H)(tp.randn(4, I), tp.randn(1, 1, H))
+    with pytest.raises(RuntimeError, match=r"nn\.LSTM: Expected sequence length to be larger than 0"):
+        m(tp.randn(0, 2, I))
+    with pytest.raises(RuntimeError, match=r"nn\.GRU: Expected sequence length to be larger than 0"):
+        nn.GRU(I, H, batch_first=True)(tp.randn(2, 0, I))
     with pytest.raises(ValueError, match=r"nn\.GRU: Expected input to be 2D or 3D, got 4D"):
         nn.GRU(I, H)(tp.randn(1, 4, 3, I))
     with pytest.raises(RuntimeError, match=r"nn\.GRU: input must have the type torch.float32"):
@@ -368,12 +372,32 @@ def _step(fn, params, idx, y):
 
 
 def test_compiled_aot_eager_lstm_step_is_bitwise_eager():
-    loss_fn, params, idx, y = _lstm_lm()
+    loss_fn, params, idx, y = _lstm_lm(T=2)
     ref = _step(loss_fn, params, idx, y)
     cf = tp.compile(loss_fn, backend="aot_eager")
     for _ in range(3):
         got = _step(cf, params, idx, y)
     assert cf.counters["captures"] == 1 and cf.counters["backward_compiles"] == 1
+    assert torch.equal(got[0], ref[0]) and all(torch.equal(a, b) for a, b in zip(got[1], ref[1]))
+
+
+def test_compiled_packed_gru_is_bitwise_eager():
+    """Packing, the packed recurrence and unpacking inside one compiled training region."""
+    tp.manual_seed(0)
+    m = nn.GRU(I, H, bidirectional=True)
+    x = tp.randn(4, 3, I)
+
+    def f(x):
+        out, h = m(prnn.pack_padded_sequence(x, [2, 4, 3], enforce_sorted=False))
+        o, _ = prnn.pad_packed_sequence(out)
+        return (o * o).sum() + h.sum()
+
+    params = list(m.parameters())
+    ref = _step(lambda x, _: f(x), params, x, None)
+    cf = tp.compile(f, backend="aot_eager")
+    for _ in range(3):
+        got = _step(lambda x, _: cf(x), params, x, None)
+    assert cf.counters["captures"] == 1
     assert torch.equal(got[0], ref[0]) and all(torch.equal(a, b) for a, b in zip(got[1], ref[1]))
 
 

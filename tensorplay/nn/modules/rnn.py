@@ -83,7 +83,7 @@ def _run_padded(step, xw, state, w, reverse):
     for t in (range(T - 1, -1, -1) if reverse else range(T)):
         state = step(xw[t], state, *w)
         outs[t] = state[0]
-    return _ops.stack(outs, 0) if T else xw[:, :, :0], state
+    return _ops.stack(outs, 0), state
 
 
 def _run_packed(step, xw, state, w, reverse, sizes):
@@ -271,6 +271,9 @@ class RNNBase(Module):
             if input.dim() not in (2, 3):
                 raise ValueError(f"nn.{name}: Expected input to be 2D or 3D, got {input.dim()}D instead")
             unbatched = input.dim() == 2
+            if input.shape[1 if self.batch_first and not unbatched else 0] == 0:
+                raise RuntimeError(f"nn.{name}: Expected sequence length to be larger than 0 in RNN, got input of "
+                                   f"shape {list(input.shape)}")
             x = input.unsqueeze(1) if unbatched else (input.transpose(0, 1) if self.batch_first else input)
             batch = x.shape[1]
         if hx is None:

@@ -138,11 +138,24 @@ def test_dropout_between_layers_same_seed():
     to, _ = tm(x)
     tp.manual_seed(11)
     o, _ = m(tp.from_torch(x))
-    torch.testing.assert_close(o.torch(), to, rtol=0, atol=0)
+    torch.testing.assert_close(o.torch(), to, rtol=1e-5, atol=1e-6)   # the same masks
     tm.eval(), m.eval()
     no_drop = m(tp.from_torch(x))[0].torch()
-    torch.testing.assert_close(no_drop, tm(x)[0], rtol=0, atol=0)
+    torch.testing.assert_close(no_drop, tm(x)[0], rtol=1e-5, atol=1e-6)
     assert not torch.equal(no_drop, o.torch())
+
+
+def test_dropout_packed_bidirectional_same_seed():
+    tm, m = make("GRU", dtype=torch.float32, num_layers=3, dropout=0.3, bidirectional=True)
+    x = torch.randn(6, 3, I)
+    tpk = trnn.pack_padded_sequence(x, [3, 6, 2], enforce_sorted=False)
+    ppk = prnn.pack_padded_sequence(tp.from_torch(x), [3, 6, 2], enforce_sorted=False)
+    torch.manual_seed(11)
+    to, th = tm(tpk)
+    tp.manual_seed(11)
+    o, h = m(ppk)
+    torch.testing.assert_close(o.data.torch(), to.data, rtol=1e-5, atol=1e-6)   # the same masks
+    torch.testing.assert_close(h.torch(), th, rtol=1e-5, atol=1e-6)
 
 
 def test_initialisation_matches_pytorch_under_one_seed():

@@ -3,7 +3,9 @@
 Workloads: the GPT example (``examples/gpt.py``, default config, batch 16 x 32 tokens), an MLP
 (512 -> 1024 -> 1024 -> 10, GELU, batch 256) and a small CNN (``_cnn_layers``: three conv-batchnorm
 (training mode)-relu blocks with max pooling, stride-1 average pooling, 2x nearest upsampling and
-global average pooling; 32 x 3 x 32 x 32 images), each trained with AdamW on cross-entropy.  One step is
+global average pooling; 32 x 3 x 32 x 32 images) and an LSTM language model (``lstm``: embedding 128, a
+2-layer ``nn.LSTM`` of width 256 over 16 tokens, a linear head over a 1000-word vocabulary, batch 16;
+``--quick``: 1 layer of width 32 over 6 tokens), each trained with AdamW on cross-entropy.  One step is
 ``zero_grad(); loss = loss_fn(x, y); loss.backward(); opt.step()``.
 
 Per workload, four variants are timed interleaved in one run (§13.1; ``compare`` from
@@ -23,7 +25,7 @@ and activations only (without the region's inputs, i.e. the parameters and the b
 Targets (issue): compiled step faster than tp eager, at most 10% slower than torch.compile; min-cut
 saves fewer bytes than the default partitioner on the GPT block.
 
-    python benchmarks/training.py [--repeats 15] [--quick] [--no-torch-compile] [--cases gpt,mlp,cnn]
+    python benchmarks/training.py [--repeats 15] [--quick] [--no-torch-compile] [--cases gpt,mlp,cnn,lstm]
                                   [--bytes-only] [--inference]
                                   [--device cpu|cuda] [--dtype fp32|bf16] [--tf32] [--json PATH]
                                   [--n-layer N] [--n-embd D] [--n-head H] [--block-size T] [--batch B] [--vocab V]
@@ -166,6 +168,26 @@ def _cnn_layers(L, width, n_classes):
                         L.ReLU(), L.AdaptiveAvgPool2d(1), L.Flatten(), L.Linear(c2, n_classes))
 
 
+class LSTMLM:
+    """The LSTM language model for ``L`` = tp.nn or torch.nn (same attribute names, so the same
+    parameter names): embedding -> ``L.LSTM(batch_first=True)`` -> linear head over the vocabulary."""
+
+    @staticmethod
+    def make(L, vocab, emb, hidden, layers):
+        m = L.Module()
+        m.emb, m.lstm, m.head = L.Embedding(vocab, emb), L.LSTM(emb, hidden, layers, batch_first=True), \
+            L.Linear(hidden, vocab)
+        return m
+
+    @staticmethod
+    def loss(cross_entropy):
+        def f(m, x, y):
+            out, _ = m.lstm(m.emb(x))
+            logits = m.head(out)
+            return cross_entropy(logits.reshape(-1, logits.shape[-1]), y.reshape(-1))
+        return f
+
+
 class WithLoss(nn.Module):
     """``loss(model, x, y)`` as a module, so that ``tp.compile`` sees the model's parameters as the
     compiled module's (free tensors re-read at every call)."""
@@ -251,6 +273,9 @@ def workloads(quick, gpt=None):
     nc, width = (4, 8) if quick else (32, 32)
     xc = torch.randn(nc, 3, 32, 32, generator=g)
     yc = torch.randint(0, 10, (nc,), generator=g)
+    vocab, emb, hid, layers, T, bl = (50, 16, 32, 1, 6, 4) if quick else (1000, 128, 256, 2, 16, 16)
+    xl = torch.randint(0, vocab, (bl, T), generator=g)
+    yl = torch.randint(0, vocab, (bl, T), generator=g)
     return {
         "gpt": (lambda: GPT(cfg), lambda: TorchGPT(cfg),
                 lambda m, x, y: m(x, y)[1], lambda m, x, y: m(x, y), (idx, tgt)),
@@ -260,6 +285,9 @@ def workloads(quick, gpt=None):
         "cnn": (lambda: _cnn_layers(nn, width, 10), lambda: _cnn_layers(torch.nn, width, 10),
                 lambda m, x, y: F.cross_entropy(m(x), y),
                 lambda m, x, y: torch.nn.functional.cross_entropy(m(x), y), (xc, yc)),
+        "lstm": (lambda: LSTMLM.make(nn, vocab, emb, hid, layers),
+                 lambda: LSTMLM.make(torch.nn, vocab, emb, hid, layers),
+                 LSTMLM.loss(F.cross_entropy), LSTMLM.loss(torch.nn.functional.cross_entropy), (xl, yl)),
     }, cfg
 
 
@@ -583,7 +611,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--quick", action="store_true", help="small models (smoke test)")
     p.add_argument("--no-torch-compile", action="store_true")
-    p.add_argument("--cases", default=None, help="comma-separated of gpt, mlp, cnn (default: all on the CPU, "
+    p.add_argument("--cases", default=None, help="comma-separated of gpt, mlp, cnn, lstm (default: all on the CPU, "
                                                  "gpt on cuda; 'none': no training step)")
     p.add_argument("--bytes-only", action="store_true", help="only the saved-bytes table (CPU)")
     p.add_argument("--both-partitioners", action="store_true",
@@ -608,7 +636,7 @@ def main(argv=None):
     if cuda and a.bytes_only:
         p.error("--bytes-only lowers the models on the CPU: not with --device cuda")
     if a.cases is None:
-        a.cases = "gpt" if cuda else "gpt,mlp,cnn"
+        a.cases = "gpt" if cuda else "gpt,mlp,cnn,lstm"
     if a.inference is None:
         a.inference = cuda
     if a.tf32:

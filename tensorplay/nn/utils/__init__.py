@@ -1,4 +1,5 @@
-"""Training utilities on parameter collections: gradient clipping and flattening.
+"""Training utilities on parameter collections: gradient clipping and flattening; ``rnn`` (the
+submodule ``nn.utils.rnn``) packs and pads variable-length sequences for the recurrent layers.
 
 ``clip_grad_norm_(params, max_norm)`` rescales all gradients together so that their global norm
 (the norm of the concatenation of every ``.grad``) is at most ``max_norm``, and returns that norm
@@ -10,10 +11,11 @@ import math
 
 import torch
 
-from .._tensor import Tensor, _wrap
-from ..autograd.grad_mode import no_grad
+from ..._tensor import Tensor, _wrap
+from ...autograd.grad_mode import no_grad
+from . import rnn
 
-__all__ = ["clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
+__all__ = ["rnn", "clip_grad_norm_", "clip_grad_value_", "parameters_to_vector", "vector_to_parameters"]
 
 
 def _params(parameters):
@@ -52,7 +54,7 @@ def clip_grad_value_(parameters, clip_value: float, foreach=None) -> None:
 
 
 def parameters_to_vector(parameters) -> Tensor:
-    from .. import ops
+    from ... import ops
     return ops.cat([p.reshape(-1) for p in parameters])
 
 

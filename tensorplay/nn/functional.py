@@ -618,7 +618,7 @@ def cross_entropy(input, target, weight=None, size_average=None, ignore_index=-1
     _check_reduction(reduction, "cross_entropy")
     if not 0.0 <= label_smoothing <= 1.0:
         raise ValueError(f"tp.cross_entropy: label_smoothing must be between 0.0 and 1.0, got {label_smoothing}")
-    return _op("cross_entropy")(input, target, weight, reduction, ignore_index, float(label_smoothing))
+    return _op("cross_entropy")(input, target, weight, reduction, ignore_index, float(label_smoothing))[0]
 
 
 def binary_cross_entropy(input, target, weight=None, size_average=None, reduce=None, reduction="mean"):

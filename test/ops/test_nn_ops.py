@@ -433,9 +433,20 @@ def test_cross_entropy_probabilities_and_shapes():
     from tensorplay.ops.registry import OPS
     xt, tt = to_tp(x), to_tp(torch.tensor([0, 2, 1, 2]))
     for kw in (dict(), dict(weight=to_tp(w), label_smoothing=0.2)):
-        a = OPS["cross_entropy"].decomp(xt, tt, kw.get("weight"), "mean", -100, kw.get("label_smoothing", 0.0))
+        a, lse = OPS["cross_entropy"].decomp(xt, tt, kw.get("weight"), "mean", -100, kw.get("label_smoothing", 0.0))
         b = F.cross_entropy(xt, tt, **kw)
         torch.testing.assert_close(a.torch(), b.torch())
+        torch.testing.assert_close(lse.torch(), torch.logsumexp(x, 1, keepdim=True))
+    # the backward reads the forward's row statistics: no second logsumexp
+    from tensorplay.testing import record_ops
+    xg = to_tp(x, True)
+    loss = F.cross_entropy(xg, tt)
+    with record_ops() as calls:
+        loss.backward()
+    assert "logsumexp" not in {op.name for op, _, _ in calls}
+    xr = x.clone().requires_grad_()
+    TF.cross_entropy(xr, torch.tensor([0, 2, 1, 2])).backward()
+    torch.testing.assert_close(xg.grad.torch(), xr.grad)
 
 
 def test_loss_errors():

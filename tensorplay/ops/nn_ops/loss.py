@@ -8,6 +8,7 @@ import torch
 import torch.nn.functional as TF
 
 from .._helpers import sum_to
+from ...autograd import grad_mode as _gm
 from ..registry import OPS, register
 from ._common import LOSS, _bcast_channel, _reduction_enum, aten
 
@@ -133,19 +134,25 @@ register("nll_loss_backward(Tensor grad_output, Tensor target, Tensor? weight, i
 
 # ---- cross_entropy -------------------------------------------------------------------------------
 def _ce_kernel(self, target, weight, reduction, ignore_index, label_smoothing):
-    return TF.cross_entropy(self, target, weight, reduction=reduction, ignore_index=ignore_index,
+    loss = TF.cross_entropy(self, target, weight, reduction=reduction, ignore_index=ignore_index,
                             label_smoothing=label_smoothing)
+    # the row statistics, kept for the backward (an integer input raises in cross_entropy above)
+    return loss, torch.logsumexp(self, _class_dim(self.dim()), keepdim=True)
 
 
-def _ce_bwd(ctx, g):
+def _ce_bwd(ctx, g, g_lse):
+    # (the statistics output is internal -- nn.functional returns the loss alone -- and its
+    # gradient, zeros, is not read)
     x, target, w = ctx.self, ctx.target, ctx.weight
     cd = _class_dim(x.dim())
     nclass = x.shape[cd]
     eps = ctx.label_smoothing
     red = ctx.reduction
     n = ctx.needs_input_grad
-    # log_softmax as x - logsumexp(x): a compiler takes the row's statistics in one pass (§9.5)
-    lsm = x - OPS["logsumexp"].fn(x, [cd], True)
+    # log_softmax as x - logsumexp(x): the forward's row statistics (one pass over x for dx), or,
+    # in a backward that records a graph (create_graph, for a double backward), recomputed from x
+    # so that the graph differentiates through them (the statistics output's own gradient stays zero)
+    lsm = x - (OPS["logsumexp"].fn(x, [cd], True) if _gm._state.enabled else ctx.result[1])
     gs = g.unsqueeze(cd) if red == "none" else g   # per-sample gradient, broadcast along the class dim
     wb = _bcast_channel(w, x.dim(), cd) if w is not None else None
     gt = None
@@ -176,13 +183,15 @@ def _ce_bwd(ctx, g):
 
 
 register("cross_entropy(Tensor self, Tensor target, Tensor? weight=None, str reduction='mean', "
-         "int ignore_index=-100, float label_smoothing=0.0) -> Tensor", _ce_kernel, backward=_ce_bwd,
-         save=("self", "target", "weight"), tags=LOSS, method=False,
+         "int ignore_index=-100, float label_smoothing=0.0) -> (Tensor output, Tensor logsumexp)", _ce_kernel,
+         backward=_ce_bwd, save=("self", "target", "weight", "result"), tags=LOSS, method=False, function=False,
          decomp=lambda self, target, weight=None, reduction="mean", ignore_index=-100, label_smoothing=0.0:
-         _ce_decomp(self, target, weight, reduction, ignore_index, label_smoothing),
+         (_ce_decomp(self, target, weight, reduction, ignore_index, label_smoothing),
+          OPS["logsumexp"].fn(self, [_class_dim(self.dim())], True)),
          doc="log_softmax over the class dim (1) followed by nll_loss (class-index target) or by "
              "-sum(weight * target * log_softmax) (class-probability target); label_smoothing mixes the "
-             "target with the uniform distribution.")
+             "target with the uniform distribution.  Also returns the logsumexp of each row over the class "
+             "dim (keepdim), which the backward reads.")
 
 
 def _ce_decomp(x, target, weight, reduction, ignore_index, label_smoothing):

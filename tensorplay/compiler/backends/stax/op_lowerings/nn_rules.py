@@ -27,7 +27,7 @@ from ..ops_handler import ops
 from ..sizevars import evaluate_static_shape, size_hint
 from .extern_rules import _extern
 from .pointwise_rules import _conv, _realize, broadcast_loader, broadcast_size, size_constant
-from .reduction_rules import LAYER_NORM_STATS, _var_parts, make_reduction, online_stats, reduction
+from .reduction_rules import LAYER_NORM_STATS, _var_parts, logsumexp_of, make_reduction, online_stats, reduction
 from .registry import V, _node, _out_val, backend_of, register_lowering
 from .view_rules import _and, _box, _checked, _icmp, _ix
 
@@ -841,10 +841,14 @@ def _cross_entropy(x, target, weight=None, reduction="mean", ignore_index=-100, 
     if label_smoothing != 0 or target.dtype.is_floating_point:
         raise Unsupported("cross_entropy with label smoothing or class probabilities")
     _nll_rows(x.get_size(), "cross_entropy")
-    # not realized: nll reads log_softmax at one class per sample, x[i, t] - (row statistics), so
+    if not x.dtype.is_floating_point:
+        raise Unsupported("cross_entropy of integers")
+    # the row statistics (an output: the backward reads them), then nll reading x[i, t] - lse[i]:
     # the (N, C) log-probabilities never go through memory
-    lsm = _log_softmax_of(x, len(x.get_size()) - 1, x.dtype)
-    return _nll(lsm, target, weight, reduction, ignore_index, "cross_entropy")
+    lse = _realize(logsumexp_of(x, len(x.get_size()) - 1, True))
+    ll, xl = broadcast_loader(lse, x.get_size()), x.make_loader()
+    lsm = TensorBox(Pointwise(x.dtype, x.device, x.get_size(), lambda i: ops.sub(xl(i), ll(i))))
+    return _nll(lsm, target, weight, reduction, ignore_index, "cross_entropy"), lse
 
 
 @register_lowering("nll_loss_backward")

@@ -315,14 +315,19 @@ def _var_mean(x, dim=None, unbiased=None, keepdim=False, correction=None):
 
 @register_lowering("logsumexp")
 def _logsumexp(x, dim, keepdim=False):
-    out = _out_val()
+    return logsumexp_of(x, dim, keepdim)
+
+
+def logsumexp_of(x, dim, keepdim):
+    """log(sum(exp(x))) over ``dim`` in x's dtype (logsumexp, and cross_entropy's row statistics)."""
     if not x.dtype.is_floating_point:
         raise Unsupported("logsumexp of integers")
     size = x.get_size()
     if any(size[d] == 0 for d in _norm_dims(dim, len(size))):
         # log of an empty sum: -inf, as in eager (its max over the empty dim is never taken)
-        return TensorBox(Pointwise(out.dtype, x.device, tuple(out.shape),
-                                   lambda i: ops.constant(float("-inf"), out.dtype)))
+        red = set(_norm_dims(dim, len(size)))
+        shape = tuple(1 if d in red else n for d, n in enumerate(size) if keepdim or d not in red)
+        return TensorBox(Pointwise(x.dtype, x.device, shape, lambda i: ops.constant(float("-inf"), x.dtype)))
     dims = _norm_dims(dim, len(size))
     if len(dims) == 1 and dims[0] == len(size) - 1 and \
             backend_of(x).online_softmax(size[dims[0]]):

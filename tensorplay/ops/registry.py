@@ -283,7 +283,12 @@ def _make_function(op: OpDef) -> Callable:
         before = [a for a in s.args if a.name != op.varargs and not a.kwarg_only]
         params = [a.name for a in before] + [f"*{op.varargs}"]
         params += [f"{a.name}={a.default!r}" if a.has_default else a.name for a in s.args if a.kwarg_only]
-        body = (f"    if len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
+        params.append("**_kw")   # the sizes by keyword: x.flip(dims=(0,)), torch.permute(x, dims=...)
+        body = (f"    if _kw:\n"
+                f"        if {op.varargs} or list(_kw) != [{op.varargs!r}]:\n"
+                f"            raise TypeError(f'{s.name}() got unexpected arguments {{sorted(_kw)}}')\n"
+                f"        {op.varargs} = _kw[{op.varargs!r}]\n"
+                f"    elif len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
                 f"        {op.varargs} = {op.varargs}[0]\n")
     else:
         params = [s.python_signature()]

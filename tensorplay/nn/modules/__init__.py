@@ -13,6 +13,7 @@ from .sparse import Embedding
 from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, SmoothL1Loss, HuberLoss,
                    KLDivLoss)
 from .transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
+from .fold import Unfold, Fold
 
 __all__ = [
     "Module", "RemovableHandle", "Identity", "Linear", "Bilinear", "LazyLinear", "Flatten", "Unflatten",
@@ -27,4 +28,5 @@ __all__ = [
     "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
     "KLDivLoss",
     "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
+    "Unfold", "Fold",
 ]

@@ -5,10 +5,13 @@ combinations, cartesian_prod, block_diag, trapezoid / cumulative_trapezoid, diff
 Eager kernels are ATen's (bit-exact with PyTorch).  Guarantees:
 
 * views stay views (tag ``view``: ``atleast_nd``, ``tensor_split``, ``hsplit``/``vsplit``/``dsplit``,
-  ``unfold``, ``meshgrid``): they share storage with their input, and Stax lowers them as index
-  maps of a buffer (view_rules' meta trick); never the input object itself;
-* copying ops are tagged ``shape`` (or ``linalg`` for the products: extern kernels), with a
-  decomposition into table ops where one exists (hstack -> cat, trace -> diagonal + sum, ...);
+  ``unfold``): they share storage with their input, and Stax lowers them as index maps of a buffer
+  (view_rules' meta trick); never the input object itself.  ``meshgrid``'s outputs are ATen's
+  expanded tensors (tag ``shape``: an op of several inputs is not a view of one base);
+* copying ops are tagged ``shape`` + ``extern`` (``linalg`` for the products): Stax runs them as
+  library (ATen) kernels, and their consumers fuse; a decomposition into table ops is given where
+  one exists (hstack -> cat, trace -> diagonal + sum, fliplr -> flip, ...), for backends with a
+  smaller basis;
 * every differentiable op has a derivative written in tp ops (double backward works): the diag
   family and trace use ``diagonal`` / ``_diagonal_backward``, the splits and stacks ``cat`` /
   ``narrow``, tensordot is again a tensordot, unfold has ``_unfold_backward`` (adjoint pair);
@@ -28,7 +31,7 @@ from .view import _alias, _inv_perm, _narrow_bwd
 __all__ = []
 
 V = ("view",)
-S = ("shape",)
+S = ("shape", "extern")     # copying shape ops: library (ATen) kernels in Stax
 L = ("linalg",)
 
 
@@ -512,7 +515,7 @@ def _tri_indices(name):
             raise RuntimeError(f"row and col must be non-negative, got row={row}, col={col}")
         return fn(row, col, offset, dtype=torch.long if dtype is None else dtype, device=device or "cpu")
     register(f"{name}(int row, int col, int offset=0, *, ScalarType? dtype=None, Device? device=None) -> Tensor",
-             kernel, tags=("factory",), method=False)
+             kernel, tags=("factory", "extern"), method=False)
 
 
 _tri_indices("tril_indices")
@@ -647,11 +650,11 @@ def _col2im_kernel(self, output_size, kernel_size, dilation, padding, stride):
 register("im2col(Tensor self, int[] kernel_size, int[] dilation, int[] padding, int[] stride) -> Tensor",
          _im2col_kernel, backward=lambda ctx, g: _op("col2im")(g, list(ctx.self.shape[-2:]), ctx.kernel_size,
                                                                ctx.dilation, ctx.padding, ctx.stride),
-         save=(), tags=("nn",), method=False, function=False)
+         save=(), tags=("nn", "extern"), method=False, function=False)
 register("col2im(Tensor self, int[] output_size, int[] kernel_size, int[] dilation, int[] padding, int[] stride) "
          "-> Tensor", _col2im_kernel,
          backward=lambda ctx, g: _op("im2col")(g, ctx.kernel_size, ctx.dilation, ctx.padding, ctx.stride),
-         save=(), tags=("nn",), method=False, function=False)
+         save=(), tags=("nn", "extern"), method=False, function=False)
 
 EXTRA_FUNCTIONS = {"meshgrid": meshgrid, "cartesian_prod": cartesian_prod, "block_diag": block_diag, "tensordot": tensordot,
                    "tensor_split": tensor_split, **_ATLEAST, **_HVD}

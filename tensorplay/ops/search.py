@@ -26,8 +26,8 @@ from .view import _check_dim_index, _check_range
 
 __all__ = []
 
-IX = ("indexing",)
-ND = ("nondifferentiable",)
+IX = ("indexing", "extern")          # Stax runs them as library (ATen) kernels
+ND = ("nondifferentiable", "extern")
 
 
 def _raw(t):

@@ -478,3 +478,43 @@ def test_strict_native_externs_and_views():
     a2 = tp.from_torch(T(4, 6, seed=4))
     for g, e in zip(cf(a2, i), f(a2, i)):
         torch.testing.assert_close(g._data, e._data)
+
+
+# ---- second order and forward mode ------------------------------------------------------------------------------
+SECOND_ORDER = ["diag_2d", "trace", "hstack_2d", "meshgrid_xy", "block_diag", "tensordot_lists", "kron", "cross_bcast",
+                "tensor_split_idx", "unfold_view", pytest.param("F_unfold", marks=pytest.mark.slow),
+                pytest.param("F_fold", marks=pytest.mark.slow), "rot90_neg", "trapezoid_x", "cumtrapz_x",
+                "diff_pa", "index_copy", "masked_scatter", "take", "put", "put_acc", "repeat_interleave_t",
+                "cartesian_prod", "combinations"]
+
+
+@pytest.mark.parametrize("name", SECOND_ORDER)
+def test_double_backward_and_forward_mode(name):
+    """The derivative formulas are tp ops: differentiable again (gradgradcheck) and transposed by
+    forward mode (gradcheck with check_forward_ad), in float64."""
+    fn, inputs = {c[0]: (c[1], c[2]) for c in GRAD_CASES}[name]
+    args = tuple(tp.from_torch(x.double().contiguous()).requires_grad_() for x in inputs)
+    assert tp.autograd.gradgradcheck(fn, args)
+    assert tp.autograd.gradcheck(fn, args, check_forward_ad=True)
+
+
+@pytest.mark.parametrize("reduce", ["sum", "prod", "mean", "amax"])
+def test_scatter_reduce_double_backward(reduce):
+    idx = tp.from_torch(SR_IDX)
+    args = (tp.from_torch(T(3, 4, dtype=torch.float64)).requires_grad_(),
+            tp.from_torch(T(2, 4, dtype=torch.float64, seed=1)).requires_grad_())
+    assert tp.autograd.gradgradcheck(lambda a, s: a.scatter_reduce(0, idx, s, reduce), args)
+
+
+@pytest.mark.slow
+def test_compiled_data_dependent_shapes():
+    """nonzero (dynamic_shape) and repeat_interleave with a repeats tensor: capture records the
+    output shape as a data gate; a later call with other data gives eager's values."""
+    def f(x, r):
+        return x.nonzero().sum() + x.sum(), x.repeat_interleave(r, dim=0) * 2, tp.bincount(r) + 1
+    c = tp.compile(f)
+    x, r = tp.from_torch(T(4, 5)), tp.tensor([1, 2, 0, 1])
+    c(x, r)
+    for x2, r2 in ((tp.from_torch(T(4, 5, seed=7)), tp.tensor([3, 0, 0, 1])), (x, r)):
+        for g, e in zip(c(x2, r2), f(x2, r2)):
+            torch.testing.assert_close(g._data, e._data)

@@ -523,7 +523,7 @@ _tri_indices("triu_indices")
 
 
 # ---- trapezoid / cumulative_trapezoid / diff / vander ------------------------------------------------------
-def _trapz_spacing(ctx, n, like):
+def _trapz_spacing(ctx, n):
     """Spacings (..., n-1) along the last dim (the integration dim moved last)."""
     if ctx.x is None:
         return None
@@ -538,7 +538,7 @@ def _trapz_grads(ctx, G):
     y = ctx.y
     ym = y.movedim(ctx.dim, -1)
     n = ym.shape[-1]
-    dx = _trapz_spacing(ctx, n, ym)
+    dx = _trapz_spacing(ctx, n)
     w = G * (ctx.dx if ctx.dx is not None else 1.0) if dx is None else G * dx
     gy = None
     if ctx.needs_input_grad[0]:
@@ -564,13 +564,11 @@ def _trapz_kernel(fn):
 
 
 def _trapezoid_bwd(ctx, g):
-    ym = ctx.y.movedim(ctx.dim, -1) if len(ctx.y.shape) else None
+    ym = ctx.y.movedim(ctx.dim, -1)
     n = ym.shape[-1]
-    if n < 2:
-        return (g.unsqueeze(-1).expand(ym.shape).movedim(-1, ctx.dim) * 0 if ctx.needs_input_grad[0] else None), (
-            g.new_zeros(ctx.x.shape) if ctx.x is not None and ctx.needs_input_grad[1] else None)
-    G = g.unsqueeze(-1).expand(list(ym.shape[:-1]) + [n - 1])
-    return _trapz_grads(ctx, G)
+    if n == 0:   # an empty integral: zero, and nothing to differentiate
+        return g.new_zeros(ctx.y.shape), (g.new_zeros(ctx.x.shape) if ctx.x is not None else None)
+    return _trapz_grads(ctx, g.unsqueeze(-1).expand(list(ym.shape[:-1]) + [n - 1]))
 
 
 def _cumtrapz_bwd(ctx, g):

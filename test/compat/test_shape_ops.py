@@ -93,7 +93,10 @@ GRAD_CASES = [
     ("trapezoid_dx", lambda a: L(a).trapezoid(a, dx=0.5, dim=0), [T(3, 5)]),
     ("trapezoid_x1d", lambda a, x: L(a).trapezoid(a, x), [T(3, 5), T(5, seed=1)]),
     ("trapezoid_x", lambda a, x: L(a).trapezoid(a, x, dim=0), [T(3, 2), T(3, 2, seed=1)]),
+    ("trapezoid_n1", lambda a, x: L(a).trapezoid(a, x, dim=0), [T(1, 2), T(1, 2, seed=1)]),
+    ("trapezoid_n0", lambda a: L(a).trapezoid(a), [T(2, 0)]),
     ("cumtrapz", lambda a: L(a).cumulative_trapezoid(a), [T(3, 5)]),
+    ("cumtrapz_n1", lambda a: L(a).cumulative_trapezoid(a, dim=0), [T(1, 3)]),
     ("cumtrapz_dx", lambda a: L(a).cumulative_trapezoid(a, dx=2.0, dim=0), [T(4, 2)]),
     ("cumtrapz_x", lambda a, x: L(a).cumulative_trapezoid(a, x, dim=-1), [T(2, 4), T(4, seed=1)]),
     ("diff", lambda a: L(a).diff(a), [T(3, 5)]),
@@ -368,6 +371,11 @@ def test_dynamic_shape_meta():
     r = OPS["repeat_interleave"].run_meta(m, torch.empty(3, dtype=torch.int64, device="meta"), 0, 7)
     assert tuple(r.shape) == (7, 4)
     assert tuple(OPS["repeat_interleave"].run_meta(m, 2, 1, None).shape) == (3, 8)
+    b, w = tp.from_torch(I(6, 10)), tp.from_torch(T(10, dtype=torch.float64))
+    for name, args in (("nonzero", (tp.from_torch(I(3, 4, 5)),)), ("argwhere", (tp.from_torch(T(3, 0)),)),
+                       ("bincount", (b, None, 9)), ("bincount", (b, w, 0))):
+        meta, real = OPS[name].run_meta(*args), OPS[name](*args)     # the meta function on real data
+        assert (tuple(meta.shape), meta.dtype) == (tuple(real.shape), real.dtype)
     x = tp.from_torch(I(3, 4, 5))
     assert OPS["nonzero"].output_shape_depends_on_data(x)
     assert not OPS["repeat_interleave"].output_shape_depends_on_data(x, 2, 0, None)

@@ -1,4 +1,4 @@
-"""Search, counting and flat-index ops: nonzero, argwhere, searchsorted, bucketize, bincount, histc,
+"""Search, counting and flat-index ops: nonzero (and one-argument ``where``), argwhere, searchsorted, bucketize, bincount, histc,
 histogram, repeat_interleave, take, put, index_copy, masked_scatter, scatter_reduce.
 
 Every kernel is ATen's, so eager results equal PyTorch's bit for bit.  Guarantees:
@@ -75,6 +75,16 @@ def nonzero(input, *, as_tuple=False):
         return OPS["nonzero"].fn(input)
     x = input.reshape(1) if input.dim() == 0 else input
     return tuple(OPS["nonzero"].fn(x).unbind(1))
+
+
+def where(condition, input=None, other=None):
+    """``where(condition, input, other)``: ``input`` where ``condition`` else ``other`` (the table op
+    ``where``); ``where(condition)`` alone is ``nonzero(condition, as_tuple=True)``, as in PyTorch."""
+    if input is None and other is None:
+        return nonzero(condition, as_tuple=True)
+    if input is None or other is None:
+        raise TypeError("tp.where: pass both input and other, or neither")
+    return OPS["where"].fn(condition, input, other)
 
 
 # ---- searchsorted / bucketize -----------------------------------------------------------------------
@@ -373,7 +383,7 @@ register("scatter_reduce(Tensor self, int dim, Tensor index, Tensor src, str red
          tags=IX, inplace=True, inplace_eager=_scatter_reduce__kernel)
 
 
-EXTRA_FUNCTIONS = {"nonzero": nonzero, "repeat_interleave": repeat_interleave}
+EXTRA_FUNCTIONS = {"nonzero": nonzero, "repeat_interleave": repeat_interleave, "where": where}
 EXTRA_METHODS = {"nonzero": lambda self, *, as_tuple=False: nonzero(self, as_tuple=as_tuple)}
 for _f in EXTRA_FUNCTIONS.values():
     _f.__module__ = "tensorplay"

@@ -63,6 +63,8 @@ GRAD_CASES = [
     ("cross_dim", lambda a, b: L(a).cross(a, b, dim=1), [T(4, 3), T(4, 3, seed=1)]),
     ("cross_bcast", lambda a, b: L(a).cross(a, b, dim=-1), [T(1, 3), T(2, 3, seed=1)]),
     ("cross_method", lambda a, b: a.cross(b, 0), [T(3, 2), T(3, 2, seed=1)]),
+    ("cross_default", lambda a, b: L(a).cross(a, b), [T(3, 3), T(3, 3, seed=1)]),
+    ("where_kw", lambda a, b: L(a).where(a > 0, input=a, other=b), [T(3, 4), T(4, seed=1)]),
     ("atleast_1d", lambda a: L(a).atleast_1d(a), [T()]),
     ("atleast_2d", lambda a: L(a).atleast_2d(a), [T(3)]),
     ("atleast_3d_0", lambda a: L(a).atleast_3d(a), [T()]),
@@ -211,6 +213,7 @@ NOGRAD_CASES = [
     ("nonzero_tuple", lambda a: L(a).nonzero(a, as_tuple=True), [I(3, 3, 4)]),
     ("nonzero_tuple_0d", lambda a: a.nonzero(as_tuple=True), [T()]),
     ("argwhere", lambda a: L(a).argwhere(a), [I(2, 2, 3, 2)]),
+    ("where_1arg", lambda a: L(a).where(a > 0), [T(3, 4)]),
     ("argwhere_m", lambda a: a.argwhere(), [T(2, 3)]),
     ("count_nonzero", lambda a: L(a).count_nonzero(a, dim=1), [I(3, 3, 4)]),
     ("unique_dim", lambda a: L(a).unique(a, return_inverse=True, return_counts=True, dim=0), [I(2, 5, 2)]),
@@ -444,6 +447,7 @@ BAD = [
     ("histogram", lambda: tp.histogram(_t(5), -1), RuntimeError),
     ("tril_indices", lambda: tp.tril_indices(-1, 3), RuntimeError),
     ("atleast_2d", lambda: tp.atleast_2d("x"), TypeError),
+    ("where", lambda: tp.where(tp.ones(2).bool(), _t(2)), TypeError),
 ]
 
 

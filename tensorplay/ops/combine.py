@@ -654,7 +654,8 @@ register("col2im(Tensor self, int[] output_size, int[] kernel_size, int[] dilati
          backward=lambda ctx, g: _op("im2col")(g, ctx.kernel_size, ctx.dilation, ctx.padding, ctx.stride),
          save=(), tags=("nn", "extern"), method=False, function=False)
 
-EXTRA_FUNCTIONS = {"meshgrid": meshgrid, "cartesian_prod": cartesian_prod, "block_diag": block_diag, "tensordot": tensordot,
+EXTRA_FUNCTIONS = {"meshgrid": meshgrid, "cartesian_prod": cartesian_prod, "block_diag": block_diag,
+                   "tensordot": tensordot,
                    "tensor_split": tensor_split, **_ATLEAST, **_HVD}
 EXTRA_METHODS = {"tensor_split": tensor_split, **_HVD}
 for _f in EXTRA_FUNCTIONS.values():

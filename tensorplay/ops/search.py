@@ -1,5 +1,5 @@
-"""Search, counting and flat-index ops: nonzero (and one-argument ``where``), argwhere, searchsorted, bucketize, bincount, histc,
-histogram, repeat_interleave, take, put, index_copy, masked_scatter, scatter_reduce.
+"""Search, counting and flat-index ops: nonzero (and one-argument ``where``), argwhere, searchsorted,
+bucketize, bincount, histc, histogram, repeat_interleave, take, put, index_copy, masked_scatter, scatter_reduce.
 
 Every kernel is ATen's, so eager results equal PyTorch's bit for bit.  Guarantees:
 
@@ -88,13 +88,13 @@ def where(condition, input=None, other=None):
 
 
 # ---- searchsorted / bucketize -----------------------------------------------------------------------
-def _check_side(op, right, side):
+def _check_side(op, side):
     if side is not None and side not in ("left", "right"):
         raise ValueError(f"tp.{op}: side must be 'left' or 'right', got {side!r}")
 
 
 def _searchsorted_kernel(sorted_sequence, self, out_int32, right, side, sorter):
-    _check_side("searchsorted", right, side)
+    _check_side("searchsorted", side)
     if sorter is not None:
         _check_range(sorter, sorted_sequence.shape[-1] if sorted_sequence.dim() else 1, -1, False)
     return torch.searchsorted(sorted_sequence, self, out_int32=out_int32, right=right, side=side, sorter=sorter)

@@ -689,7 +689,9 @@ def _scatter_src(src, value, reduce):
 def _scatter_kernel(self, dim, index, src, value, reduce):
     _check_dim_index(self, dim, index)
     src = _scatter_src(src, value, reduce)
-    return torch.scatter(self, dim, index, src) if reduce is None else torch.scatter(self, dim, index, src, reduce=reduce)
+    if reduce is None:
+        return torch.scatter(self, dim, index, src)
+    return torch.scatter(self, dim, index, src, reduce=reduce)
 
 
 def _scatter__kernel(self, dim, index, src, value, reduce):

@@ -120,6 +120,8 @@ GRAD_CASES = [
     ("repeat_interleave_dim", lambda a: a.repeat_interleave(3, dim=1), [T(2, 3)]),
     ("repeat_interleave_t", lambda a: a.repeat_interleave(L(a).tensor([1, 0, 2]), dim=0), [T(3, 2)]),
     ("repeat_interleave_os", lambda a: L(a).repeat_interleave(a, L(a).tensor([2, 1]), 1, output_size=3), [T(2, 2)]),
+    ("repeat_interleave_0d", lambda a: a.repeat_interleave(3), [T()]),
+    ("repeat_interleave_r0d", lambda a: a.repeat_interleave(L(a).tensor(2), dim=1), [T(2, 3)]),
     ("scatter_value_kw", lambda a: a.scatter(0, L(a).tensor([[0, 2, 1]]), value=2.5), [T(3, 3)]),
     ("scatter_number", lambda a: L(a).scatter(a, 1, L(a).tensor([[0], [2]]), 1.5), [T(2, 3)]),
     ("index_fill", lambda a: a.index_fill(1, L(a).tensor([0, -1]), -2.0), [T(2, 3)]),

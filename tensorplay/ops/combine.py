@@ -6,8 +6,8 @@ Eager kernels are ATen's (bit-exact with PyTorch).  Guarantees:
 
 * views stay views (tag ``view``: ``atleast_nd``, ``tensor_split``, ``hsplit``/``vsplit``/``dsplit``,
   ``unfold``): they share storage with their input, and Stax lowers them as index maps of a buffer
-  (view_rules' meta trick); never the input object itself.  ``meshgrid``'s outputs are ATen's
-  expanded tensors (tag ``shape``: an op of several inputs is not a view of one base);
+  (view_rules' meta trick); never the input object itself.  ``meshgrid`` is, as in ATen, a
+  composition of views (reshape + expand of each input);
 * copying ops are tagged ``shape`` + ``extern`` (``linalg`` for the products): Stax runs them as
   library (ATen) kernels, and their consumers fuse; a decomposition into table ops is given where
   one exists (hstack -> cat, trace -> diagonal + sum, fliplr -> flip, ...), for backends with a
@@ -151,46 +151,33 @@ def block_diag(*tensors):
 
 
 # ---- meshgrid / cartesian_prod ------------------------------------------------------------------------------
-def _grid_dims(n, indexing):
-    """Output dim of each of ``n`` inputs: ij order, with 'xy' swapping the first two."""
-    d = list(range(n))
-    if indexing == "xy" and n >= 2:
-        d[0], d[1] = 1, 0
-    return d
-
-
-def _meshgrid_kernel(tensors, indexing):
-    if indexing not in ("ij", "xy"):
-        raise ValueError(f"indexing must be 'ij' or 'xy', got {indexing!r}")
-    for t in tensors:
-        if t.dim() > 1:
-            raise RuntimeError(f"meshgrid takes 0-d or 1-d tensors, got shape {list(t.shape)}")
-    return list(torch.meshgrid(*tensors, indexing=indexing))
-
-
-def _meshgrid_bwd(ctx, *grads):
-    n = len(ctx.tensors)
-    dims = _grid_dims(n, ctx.indexing)
-    out = []
-    for t, d, g in zip(ctx.tensors, dims, grads):
-        if g is None:
-            out.append(None)
-            continue
-        others = [k for k in range(n) if k != d]
-        out.append((g.sum(others) if others else g).reshape(list(t.shape)))
-    return (out,)
-
-
-register("meshgrid(Tensor[] tensors, *, str indexing=\"ij\") -> Tensor[]", _meshgrid_kernel,
-         backward=_meshgrid_bwd, save=(), tags=S, method=False, function=False)
-
-
 def meshgrid(*tensors, indexing=None):
-    """Coordinate grids of 1-d tensors (``indexing='ij'``: matrix order, the default; ``'xy'``:
-    Cartesian order, first two dims swapped), as views of the inputs, like ``torch.meshgrid``."""
+    """Coordinate grids of 0-d or 1-d tensors (``indexing='ij'``: matrix order, the default;
+    ``'xy'``: Cartesian order, the first two dims swapped), like ``torch.meshgrid``.  Each grid is
+    a view of its input (``reshape`` then ``expand``: ATen's own composition), so the values and
+    strides are PyTorch's, gradients sum over the expanded dims, and Stax lowers them as index maps."""
     if len(tensors) == 1 and isinstance(tensors[0], (list, tuple)):
         tensors = tuple(tensors[0])
-    return tuple(OPS["meshgrid"].fn(list(tensors), indexing=indexing or "ij"))
+    indexing = indexing or "ij"
+    if indexing not in ("ij", "xy"):
+        raise ValueError(f"tp.meshgrid: indexing must be 'ij' or 'xy', got {indexing!r}")
+    for t in tensors:
+        if not isinstance(t, Tensor):
+            raise TypeError(f"tp.meshgrid: expected Tensors, got {type(t).__name__}")
+        if t.dim() > 1:
+            raise RuntimeError(f"tp.meshgrid: takes 0-d or 1-d tensors, got shape {list(t.shape)}")
+    n = len(tensors)
+    dims = list(range(n))
+    if indexing == "xy" and n >= 2:
+        dims[0], dims[1] = 1, 0
+    sizes = [t.numel() for t in tensors]
+    grid = [sizes[dims.index(d)] for d in range(n)]
+    out = []
+    for t, d in zip(tensors, dims):
+        shape = [1] * n
+        shape[d] = -1
+        out.append(_op("expand")(_op("reshape")(t, shape), grid))
+    return tuple(out)
 
 
 def _cartesian_prod_kernel(tensors):

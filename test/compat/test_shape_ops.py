@@ -305,6 +305,19 @@ def test_vander_grad(n, increasing):
     assert tp.autograd.gradcheck(lambda a: tp.vander(a, n, increasing), (tp.from_torch(x.double()).requires_grad_(),))
 
 
+@pytest.mark.parametrize("indexing", ["ij", "xy"])
+def test_meshgrid_views_with_torch_strides(indexing):
+    ins = (T(3), T(4, seed=1), T(seed=2))
+    x = tp.from_torch(T(2, 5))
+    for args in (ins, ins[:2], ins[2:] + ins[:1]):
+        got = tp.meshgrid(*[tp.from_torch(a) for a in args], indexing=indexing)
+        ref = torch.meshgrid(*args, indexing=indexing)
+        for g, r in zip(got, ref):
+            assert torch.equal(g._data, r) and g.stride() == r.stride()
+    g = tp.meshgrid(x[0], x[1], indexing=indexing)
+    assert all(t._base is x for t in g)      # views of the base, as PyTorch's
+
+
 def test_linalg_cross_op():
     a, b = T(2, 3, 4), T(2, 3, 4, seed=1)
     fn = OPS["linalg_cross"].fn
@@ -485,7 +498,10 @@ def test_strict_native_externs_and_views():
         return (tp.diag(a[0]) * 2, tp.hstack([a, a]).exp(), a.unfold(1, 2, 2) + 1, tp.cdist(a, a) * 3,
                 tp.take(a, i) - 1, tp.rot90(a).sin(), tp.kron(a[:2, :2], a[:2, :2]), tp.diff(a) * 2,
                 tp.searchsorted(a[0].sort().values, a), a.index_copy(0, i[:1], a[:1] * 2),
-                tp.nn.functional.unfold(a[None, None], 2) * 2, tp.tril_indices(3, 3) + 1)
+                tp.nn.functional.unfold(a[None, None], 2) * 2, tp.tril_indices(3, 3) + 1,
+                tp.meshgrid(a[0], a[1], indexing="xy")[0] * 2, tp.cartesian_prod(a[0], a[1]) + 1, tp.histc(a, 4) + 1,
+                tp.block_diag(a[0], a[1]) * 2, tp.bucketize(a, a[0].sort().values) * 2, tp.vander(a[0]) * 2,
+                tp.cumulative_trapezoid(a) * 2, tp.diag_embed(a) - 1)
     a, i = tp.from_torch(T(4, 6)), tp.tensor([3, 0, 5])
     cf = tp.compile(f, strict_native=True)
     cf(a, i)

@@ -185,7 +185,7 @@ def _cartesian_prod_kernel(tensors):
         if t.dim() != 1:
             raise RuntimeError(f"cartesian_prod takes 1-d tensors, got shape {list(t.shape)}")
     r = torch.cartesian_prod(*tensors)
-    return _alias(r, tensors[0]) if len(tensors) == 1 else r
+    return r.clone() if len(tensors) == 1 else r    # a copy, as the op is not a view (the wrapper's is)
 
 
 def _cartesian_prod_bwd(ctx, g):
@@ -205,7 +205,10 @@ register("cartesian_prod(Tensor[] tensors) -> Tensor", _cartesian_prod_kernel, b
 
 
 def cartesian_prod(*tensors):
-    """All combinations of the elements of the 1-d inputs (rows in lexicographic order)."""
+    """All combinations of the elements of the 1-d inputs (rows in lexicographic order).  One input
+    is returned as a view of itself, as in PyTorch (a tracked alias)."""
+    if len(tensors) == 1 and isinstance(tensors[0], Tensor) and tensors[0].dim() == 1:
+        return _op("reshape")(tensors[0], [-1])
     return OPS["cartesian_prod"].fn(list(tensors))
 
 

@@ -316,6 +316,7 @@ def test_meshgrid_views_with_torch_strides(indexing):
             assert torch.equal(g._data, r) and g.stride() == r.stride()
     g = tp.meshgrid(x[0], x[1], indexing=indexing)
     assert all(t._base is x for t in g)      # views of the base, as PyTorch's
+    assert tp.cartesian_prod(x[0])._base is x
 
 
 def test_linalg_cross_op():

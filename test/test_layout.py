@@ -40,8 +40,8 @@ ALLOWED_OP_LISTS = {
         "the GEMM template's own epilogue vocabulary (Epilogue('activation', fn=...): Triton text per "
         "activation), not a dispatch over op-table entries",
     ("tensorplay/compiler/backends/stax/triton/matmul.py",
-     frozenset({"argmax", "argmin", "broadcast_to", "cumprod", "cumsum", "dot", "gather", "max", "min", "permute",
-                "reshape", "sort", "split", "sum", "view"})):
+     frozenset({"argmax", "argmin", "broadcast_to", "cumprod", "cumsum", "dot", "gather", "histogram", "max", "min",
+                "permute", "reshape", "sort", "split", "sum", "view"})):
         "Triton language functions (tl.*) a GEMM prologue may not call: names of Triton's API, not ops",
     (RULES + "reduction_rules.py", frozenset({"max", "min", "argmax", "argmin"})):
         "reduction types of the loop IR (ir.Reduction.TYPES) that have no identity: an empty reduction is "

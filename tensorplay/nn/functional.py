@@ -36,6 +36,7 @@ __all__ = [
     "softplus", "hardtanh", "hardtanh_", "sigmoid", "tanh", "tanhshrink", "logsigmoid", "hardsigmoid", "hardswish",
     "prelu", "softmax", "softmin", "log_softmax",
     # linear / conv / pooling / resampling
+    "unfold", "fold",
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
     "adaptive_max_pool1d", "adaptive_max_pool2d", "interpolate", "upsample",
@@ -297,6 +298,26 @@ def avg_pool1d(input, kernel_size, stride=None, padding=0, ceil_mode=False, coun
     p = _one(padding, "padding", "avg_pool1d")
     return _op("avg_pool2d")(input.unsqueeze(-2), [1, k], [1, s], [0, p], ceil_mode, count_include_pad,
                              None).squeeze(-2)
+
+
+def _pair2(v, name, fn):
+    v = (v, v) if isinstance(v, int) else tuple(v)
+    if len(v) != 2:
+        raise ValueError(f"tp.{fn}: {name} must be an int or a pair of ints, got {v}")
+    return list(v)
+
+
+def unfold(input, kernel_size, dilation=1, padding=0, stride=1):
+    """Sliding local blocks of a batched image (im2col): ``(N, C, H, W) -> (N, C*kh*kw, L)``."""
+    return _op("im2col")(input, _pair2(kernel_size, "kernel_size", "unfold"), _pair2(dilation, "dilation", "unfold"),
+                         _pair2(padding, "padding", "unfold"), _pair2(stride, "stride", "unfold"))
+
+
+def fold(input, output_size, kernel_size, dilation=1, padding=0, stride=1):
+    """Sum sliding local blocks back into an image (col2im), the adjoint of :func:`unfold`."""
+    return _op("col2im")(input, _pair2(output_size, "output_size", "fold"), _pair2(kernel_size, "kernel_size", "fold"),
+                         _pair2(dilation, "dilation", "fold"), _pair2(padding, "padding", "fold"),
+                         _pair2(stride, "stride", "fold"))
 
 
 def _adaptive_size(input, output_size, nd):

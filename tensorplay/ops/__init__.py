@@ -1,7 +1,7 @@
 """The op table (``OPS``) and everything generated from it.
 
 Importing this package registers every op (one module per family: pointwise, reduction, view,
-sorting, linalg, ragged, nn_ops, factories, random) and then installs, from the table alone:
+sorting, linalg, ragged, nn_ops, factories, random, search, combine) and then installs, from the table alone:
 
 * free functions in this module's namespace (re-exported as ``tp.<name>``);
 * ``Tensor`` methods (unless ``Tensor`` defines the name itself, e.g. ``to``);
@@ -18,6 +18,7 @@ import torch
 
 from .registry import OPS, OpDef, call, get, register  # noqa: F401
 from . import factories, pointwise, reduction, view, sorting, linalg, ragged, nn_ops, functional_ops  # noqa: F401  (registration)
+from . import search, combine  # noqa: F401,E402  (registration)
 from .._tensor import Tensor
 
 __all__ = ["OPS", "OpDef", "get", "register"]
@@ -57,7 +58,7 @@ def _install():
         setattr(Tensor, name, extra)
     # Python-level entry points that dispatch among several table ops (e.g. tp.max -> max /
     # max_dim / maximum, tp.unique -> unique with the requested outputs)
-    for mod in (reduction, sorting):
+    for mod in (reduction, sorting, search, combine):
         for name, extra in getattr(mod, "EXTRA_METHODS", {}).items():
             setattr(Tensor, name, extra)
         for name, fn in getattr(mod, "EXTRA_FUNCTIONS", {}).items():

@@ -16,7 +16,7 @@ import torch
 from .._tensor import Tensor, _wrap
 from .registry import register
 
-__all__ = ["tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "eye", "rand", "randn",
+__all__ = ["tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye", "rand", "randn",
            "randint", "randperm", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
            "randint_like", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "scalar_tensor"]
 
@@ -38,6 +38,9 @@ register(f"_arange(Scalar start, Scalar end, Scalar step=1, {_KW}) -> Tensor",
 register(f"_linspace(Scalar start, Scalar end, int steps, {_KW}) -> Tensor",
          lambda start, end, steps, dtype, device: torch.linspace(start, end, steps, dtype=dtype, device=device),
          tags=F, method=False)
+register(f"_logspace(Scalar start, Scalar end, int steps, float base=10.0, {_KW}) -> Tensor",
+         lambda start, end, steps, base, dtype, device: torch.logspace(start, end, steps, base, dtype=dtype,
+                                                                       device=device), tags=F, method=False)
 register(f"_eye(int n, int? m=None, {_KW}) -> Tensor",
          lambda n, m, dtype, device: torch.eye(n, n if m is None else m, dtype=dtype, device=device), tags=F, method=False)
 register(f"_rand(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.rand(size, dtype=dtype, device=device),
@@ -114,11 +117,29 @@ def arange(start, end=None, step=1, *, dtype=None, device=None, requires_grad=Fa
     return _finish(OPS["_arange"].fn(start, end, step, dtype=dtype, device=device), requires_grad)
 
 
+def _bound(v, who):
+    """A 0-d tensor bound of linspace/logspace as a Python number (torch accepts both)."""
+    if isinstance(v, (Tensor, torch.Tensor)):
+        if v.dim() != 0:
+            raise RuntimeError(f"tp.{who}: start and end must be numbers or 0-d tensors, got shape {list(v.shape)}")
+        return v.item()
+    return v
+
+
 def linspace(start, end, steps, *, dtype=None, device=None, requires_grad=False):
     from .registry import OPS
     if steps < 0:
         raise RuntimeError(f"tp.linspace: number of steps must be non-negative, got {steps}")
+    start, end = _bound(start, "linspace"), _bound(end, "linspace")
     return _finish(OPS["_linspace"].fn(start, end, steps, dtype=dtype, device=device), requires_grad)
+
+
+def logspace(start, end, steps, base=10.0, *, dtype=None, device=None, requires_grad=False):
+    from .registry import OPS
+    if steps < 0:
+        raise RuntimeError(f"tp.logspace: number of steps must be non-negative, got {steps}")
+    start, end = _bound(start, "logspace"), _bound(end, "logspace")
+    return _finish(OPS["_logspace"].fn(start, end, steps, base, dtype=dtype, device=device), requires_grad)
 
 
 def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):

@@ -16,7 +16,7 @@ about the op, so that no other part of the system keeps a second list:
               without it the model counts by tags)
 ``tags``      pointwise, reduction, view, inplace, random, factory, linalg, nn, nondeterministic,
               comparison, scan, sort, indexing, dynamic_shape, nondifferentiable, loss, shape, conv,
-              may_copy, collective (below)
+              may_copy, collective, extern (below)
 ============  ==============================================================================
 
 A few tags answer a compiler's questions about an op, so that no pass keeps a list of names:
@@ -25,7 +25,8 @@ A few tags answer a compiler's questions about an op, so that no pass keeps a li
 convolutions and their backward ops; ``sort`` the ops computed by sorting or selection (sort,
 topk, kthvalue, median, mode, unique); ``scan`` the cumulative ops; ``linalg`` the matrix
 products; ``collective`` the communication between processes (tensorplay.distributed: the profiler
-records their bytes and matches them across ranks).
+records their bytes and matches them across ranks); ``extern`` the ops with no loop-level form in the
+compiler, which Stax runs as library (ATen) kernels rather than as eager fallbacks.
 
 From the table we generate the free functions (``tp.add``), the ``Tensor`` methods, the Python
 operators (``__add__``/``__radd__``) and the in-place variants (``add_``).
@@ -60,7 +61,7 @@ class DataDependentShapeError(RuntimeError):
 
 TAGS = frozenset({"pointwise", "reduction", "view", "inplace", "random", "factory", "linalg", "nn",
                   "nondeterministic", "comparison", "scan", "sort", "indexing", "dynamic_shape",
-                  "nondifferentiable", "loss", "shape", "conv", "may_copy", "collective"})
+                  "nondifferentiable", "loss", "shape", "conv", "may_copy", "collective", "extern"})
 
 
 @dataclass
@@ -283,7 +284,12 @@ def _make_function(op: OpDef) -> Callable:
         before = [a for a in s.args if a.name != op.varargs and not a.kwarg_only]
         params = [a.name for a in before] + [f"*{op.varargs}"]
         params += [f"{a.name}={a.default!r}" if a.has_default else a.name for a in s.args if a.kwarg_only]
-        body = (f"    if len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
+        params.append("**_kw")   # the sizes by keyword: x.flip(dims=(0,)), torch.permute(x, dims=...)
+        body = (f"    if _kw:\n"
+                f"        if {op.varargs} or list(_kw) != [{op.varargs!r}]:\n"
+                f"            raise TypeError(f'{s.name}() got unexpected arguments {{sorted(_kw)}}')\n"
+                f"        {op.varargs} = _kw[{op.varargs!r}]\n"
+                f"    elif len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
                 f"        {op.varargs} = {op.varargs}[0]\n")
     else:
         params = [s.python_signature()]

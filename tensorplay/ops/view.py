@@ -678,25 +678,41 @@ register("gather(Tensor self, int dim, Tensor index, *, bool sparse_grad=False) 
          save=("index",), tags=IX)
 
 
-def _scatter_kernel(self, dim, index, src):
-    _check_dim_index(self, dim, index)
-    return torch.scatter(self, dim, index, src)
+def _scatter_src(src, value, reduce):
+    if (src is None) == (value is None):
+        raise TypeError("pass exactly one of src (a tensor or number) and value (a number)")
+    if reduce is not None and reduce not in ("add", "multiply"):
+        raise ValueError(f"reduce must be 'add' or 'multiply', got {reduce!r}")
+    return src if value is None else value
 
 
-def _scatter__kernel(self, dim, index, src):
+def _scatter_kernel(self, dim, index, src, value, reduce):
     _check_dim_index(self, dim, index)
-    return self.scatter_(dim, index, src)
+    src = _scatter_src(src, value, reduce)
+    if reduce is None:
+        return torch.scatter(self, dim, index, src)
+    return torch.scatter(self, dim, index, src, reduce=reduce)
+
+
+def _scatter__kernel(self, dim, index, src, value, reduce):
+    _check_dim_index(self, dim, index)
+    src = _scatter_src(src, value, reduce)
+    return self.scatter_(dim, index, src) if reduce is None else self.scatter_(dim, index, src, reduce=reduce)
 
 
 def _scatter_bwd(ctx, g):
+    if ctx.reduce is not None:
+        raise NotImplementedError(f"tp.scatter: the derivative with reduce={ctx.reduce!r} is not implemented "
+                                  "(as in PyTorch); use scatter_reduce")
     gs = g.scatter(ctx.dim, ctx.index, 0) if ctx.needs_input_grad[0] else None
     gsrc = None
-    if ctx.needs_input_grad[2]:
+    if ctx.needs_input_grad[2] and ctx.src is not None:
         gsrc = _embed(g.gather(ctx.dim, ctx.index), ctx.src.shape)
     return gs, None, gsrc
 
 
-register("scatter(Tensor self, int dim, Tensor index, Tensor src) -> Tensor", _scatter_kernel, backward=_scatter_bwd,
+register("scatter(Tensor self, int dim, Tensor index, Tensor? src=None, *, Scalar? value=None, str? reduce=None) "
+         "-> Tensor", _scatter_kernel, backward=_scatter_bwd,
          save=("index",), tags=IX, inplace=True, inplace_eager=_scatter__kernel)
 
 

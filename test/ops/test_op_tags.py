@@ -36,6 +36,14 @@ VIEW_CALLS = {
     "diagonal": lambda x: x.diagonal(0, 1, 2),
     "as_strided": lambda x: x.as_strided((2, 2), (1, 1)),
     "getitem": lambda x: x[:, 1::2, None],
+    "atleast_1d": lambda x: torch.atleast_1d(x),
+    "atleast_2d": lambda x: torch.atleast_2d(x),
+    "atleast_3d": lambda x: torch.atleast_3d(x),
+    "tensor_split": lambda x: x.tensor_split([1, 3], 2),
+    "hsplit": lambda x: x.hsplit(3),
+    "vsplit": lambda x: x.vsplit([1]),
+    "dsplit": lambda x: x.dsplit(2),
+    "unfold": lambda x: x.unfold(2, 2, 1),
 }
 
 

@@ -14,6 +14,7 @@ from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithL
                    KLDivLoss)
 from .transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
 from .rnn import RNNBase, RNN, LSTM, GRU, RNNCellBase, RNNCell, LSTMCell, GRUCell
+from .fold import Unfold, Fold
 
 __all__ = [
     "Module", "RemovableHandle", "Identity", "Linear", "Bilinear", "LazyLinear", "Flatten", "Unflatten",
@@ -29,4 +30,5 @@ __all__ = [
     "KLDivLoss",
     "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
+    "Unfold", "Fold",
 ]

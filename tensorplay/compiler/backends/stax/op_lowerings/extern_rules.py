@@ -1,10 +1,11 @@
 """Library-kernel lowering rules (chapter §6.2, §8): ops Stax hands to ATen.
 
 Matrix products, convolutions, sorts and selections, scans (found by the op table's tags
-``linalg``, ``conv``, ``sort``, ``scan``), scatters, fused attention and (bi)linear resampling are
-extern kernels: the wrapper calls the op's ATen kernel on realized buffers, and the values around
-them still fuse into Stax kernels.  A batched-matmul operand whose batch dims do not merge is
-copied densely by a Stax kernel first (ATen would copy it anyway).
+``linalg``, ``conv``, ``sort``, ``scan``), ops with no loop-level form (tag ``extern``), scatters,
+fused attention and (bi)linear resampling are extern kernels: the wrapper calls the op's ATen
+kernel on realized buffers, and the values around them still fuse into Stax kernels.  A
+batched-matmul operand whose batch dims do not merge is copied densely by a Stax kernel first (ATen
+would copy it anyway).
 """
 from __future__ import annotations
 
@@ -41,9 +42,9 @@ def _extern_bmm(*args):
 
 # matrix products (tag linalg), convolutions (conv), the ops computed by sorting or selection
 # (sort: sort, topk, kthvalue, median, mode, unique -- unique's output shape is a data gate of
-# capture) and scans (scan: cumsum, cummax, ...): library kernels
+# capture), scans (scan: cumsum, cummax, ...) and the ops tagged extern: library kernels
 for _op in OPS.values():
-    if _op.tags & {"linalg", "conv", "sort", "scan"} and not _op.is_inplace and _op.name not in LOWERINGS:
+    if _op.tags & {"linalg", "conv", "sort", "scan", "extern"} and not _op.is_inplace and _op.name not in LOWERINGS:
         register_lowering(_op.name)(_extern)
 
 # the rest of the indexing family: scatters (their consumers still fuse into the next kernel) and

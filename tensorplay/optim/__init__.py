@@ -1,8 +1,13 @@
-"""``tp.optim``: optimizers (``SGD``, ``Adam``, ``AdamW``) over parameter groups, and learning-rate
-schedulers (``tp.optim.lr_scheduler``).  APIs and state-dict layouts follow ``torch.optim``."""
+"""``tp.optim``: optimizers (``SGD``, ``Adam``, ``AdamW``, ``Adadelta``, ``Adagrad``, ``RMSprop``,
+``Adamax``, ``NAdam``, ``RAdam``, ``LBFGS``) over parameter groups, and learning-rate schedulers
+(``tp.optim.lr_scheduler``).  APIs, defaults and state-dict layouts follow ``torch.optim``."""
 from . import lr_scheduler
 from .adam import Adam, AdamW
+from .adam_variants import Adamax, NAdam, RAdam
+from .adaptive import Adadelta, Adagrad, RMSprop
+from .lbfgs import LBFGS
 from .optimizer import Optimizer
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "lr_scheduler"]
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
+           "LBFGS", "lr_scheduler"]

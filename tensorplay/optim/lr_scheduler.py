@@ -115,15 +115,24 @@ class LRScheduler:
         return [g["lr"] for g in self.optimizer.param_groups]
 
 
+def _lambdas(who, optimizer, lr_lambda):
+    """One callable per parameter group: a list of that length, or one callable for all."""
+    n = len(optimizer.param_groups)
+    if isinstance(lr_lambda, (list, tuple)):
+        if len(lr_lambda) != n:
+            raise ValueError(f"{who}: expected {n} lr_lambdas, but got {len(lr_lambda)}")
+        fns = list(lr_lambda)
+    else:
+        fns = [lr_lambda] * n
+    for f in fns:
+        if not callable(f):
+            raise TypeError(f"{who}: lr_lambda should be a function, but got {type(f).__name__}")
+    return fns
+
+
 class LambdaLR(LRScheduler):
     def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
-        n = len(optimizer.param_groups)
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != n:
-                raise ValueError(f"Expected {n} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
+        self.lr_lambdas = _lambdas("LambdaLR", optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):
@@ -230,16 +239,7 @@ class LinearLR(LRScheduler):
 
 class MultiplicativeLR(LRScheduler):
     def __init__(self, optimizer, lr_lambda, last_epoch: int = -1):
-        n = len(optimizer.param_groups)
-        if isinstance(lr_lambda, (list, tuple)):
-            if len(lr_lambda) != n:
-                raise ValueError(f"MultiplicativeLR: expected {n} lr_lambdas, but got {len(lr_lambda)}")
-            self.lr_lambdas = list(lr_lambda)
-        else:
-            self.lr_lambdas = [lr_lambda] * n
-        for f in self.lr_lambdas:
-            if not callable(f):
-                raise TypeError(f"MultiplicativeLR: lr_lambda should be a function, but got {type(f).__name__}")
+        self.lr_lambdas = _lambdas("MultiplicativeLR", optimizer, lr_lambda)
         super().__init__(optimizer, last_epoch)
 
     def get_lr(self):

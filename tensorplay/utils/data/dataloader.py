@@ -148,6 +148,9 @@ class DataLoader:
         return self.collate_fn([ds[i] for i in indices])
 
     def __iter__(self):
+        # PyTorch's iterator draws a base seed for its workers from the loader's generator at the
+        # start of every epoch; drawing it too keeps the shuffles equal to torch's for the same seeds
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         if self._iterable:
             return self._iter_stream()
         if self.batch_sampler is not None:

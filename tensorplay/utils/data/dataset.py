@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import bisect
 import math
+import warnings
+from typing import Generic, TypeVar
 
 import torch
 
@@ -11,7 +13,10 @@ from ..._tensor import Tensor
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split"]
 
 
-class Dataset:
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class Dataset(Generic[_T_co]):
     """A map-style dataset: ``dataset[i]`` is the i-th sample; subclasses define ``__getitem__``
     and ``__len__``.  ``a + b`` concatenates two datasets."""
 
@@ -101,15 +106,25 @@ class ConcatDataset(Dataset):
 
 
 def random_split(dataset, lengths, generator=None):
-    """Split into non-overlapping random subsets of the given lengths (or fractions summing to 1)."""
+    """Split into non-overlapping random subsets of the given lengths, or of fractions summing to 1
+    (``floor(n·f)`` each, the remainder handed out one by one from the first subset on).  The
+    permutation is ``randperm(n, generator=generator)`` (the global RNG by default), as in PyTorch."""
     n = len(dataset)
     lengths = list(lengths)
-    if lengths and all(0 <= x <= 1 for x in lengths) and math.isclose(sum(lengths), 1) and sum(lengths) <= 1 + 1e-9 \
-            and not all(isinstance(x, int) for x in lengths):
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        if any(f < 0 or f > 1 for f in lengths):
+            raise ValueError(f"random_split: fractions must be in [0, 1], got {lengths}")
         sizes = [int(math.floor(n * f)) for f in lengths]
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
+        for i, ln in enumerate(sizes):
+            if ln == 0:
+                warnings.warn(f"random_split: length of split at index {i} is 0; this might result in an empty "
+                              f"dataset", stacklevel=2)
         lengths = sizes
+    if any(not isinstance(ln, int) or ln < 0 for ln in lengths):
+        raise ValueError(f"random_split: lengths must be non-negative integers or fractions summing to 1, got "
+                         f"{lengths}")
     if sum(lengths) != n:
         raise ValueError(f"random_split: sum of input lengths ({sum(lengths)}) does not equal the length of the "
                          f"input dataset ({n})")

@@ -13,6 +13,9 @@ from .sparse import Embedding
 from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, SmoothL1Loss, HuberLoss,
                    KLDivLoss)
 from .transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
+from .padding import *  # noqa: F401,F403
+from .padding import __all__ as _padding_all
+from .pixelshuffle import PixelShuffle, PixelUnshuffle
 
 __all__ = [
     "Module", "RemovableHandle", "Identity", "Linear", "Bilinear", "LazyLinear", "Flatten", "Unflatten",
@@ -27,4 +30,5 @@ __all__ = [
     "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
     "KLDivLoss",
     "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
-]
+    "PixelShuffle", "PixelUnshuffle",
+] + list(_padding_all)

@@ -128,3 +128,68 @@ def test_identity_flatten_unflatten_match_torch():
                          (nn.Flatten(0, 2), torch.nn.Flatten(0, 2)),
                          (nn.Unflatten(2, (2, 2)), torch.nn.Unflatten(2, (2, 2)))):
         assert_close(ours(to_tp(x)), theirs(x), exact=True)
+
+
+def test_data_parallel_is_a_pass_through():
+    m = nn.Sequential(nn.Linear(3, 4), nn.ReLU())
+    dp = nn.DataParallel(m, device_ids=[0])
+    x = tp.randn(5, 3)
+    assert dp.module is m
+    assert_close(dp(x), m(x), exact=True)
+    assert list(dp.state_dict()) == ["module." + k for k in m.state_dict()]
+    assert nn.parallel.DataParallel is nn.DataParallel
+
+
+def test_ddp_needs_a_process_group():
+    import torch.distributed as dist
+    if dist.is_initialized():
+        pytest.skip("a process group is already initialised in this process")
+    with pytest.raises(RuntimeError, match="DistributedDataParallel"):
+        nn.parallel.DistributedDataParallel(nn.Linear(2, 2))
+
+
+@pytest.mark.slow
+def test_ddp_two_processes_average_gradients(tmp_path):
+    """2 gloo processes (spawn, bounded by a timeout): rank 0's weights and buffers broadcast; after
+    backward each rank's gradients equal the single-process gradient of the mean loss over both
+    halves of the batch; no_sync accumulates locally and the next backward averages the sum."""
+    import time
+
+    import ddp_worker
+    import torch.multiprocessing as mp
+    from tensorplay.distributed.runtime import free_port
+
+    ctx = mp.start_processes(ddp_worker.run, args=(2, free_port(), str(tmp_path)), nprocs=2, join=False,
+                             start_method="spawn")
+    deadline = time.monotonic() + 240
+    while not ctx.join(timeout=5):
+        if time.monotonic() > deadline:
+            for p in ctx.processes:
+                p.kill()
+            pytest.fail("DDP workers did not finish in 240 s (a hung all-reduce?)")
+    recs = [torch.load(tmp_path / f"rank{r}.pt") for r in range(2)]
+    ref_model = ddp_worker.model(seed=10)
+    for r in range(2):
+        assert recs[r]["keys"] == ["module." + k for k in ref_model.state_dict()]
+        assert torch.equal(recs[r]["marker"], ref_model.marker._data)
+        for a, b in zip(recs[r]["params"], ref_model.parameters()):
+            assert torch.equal(a, b._data)
+    x, y = ddp_worker.batch()
+    F.mse_loss(ref_model(x), y).backward()
+    full = ddp_worker.grads(ref_model)
+    local = []
+    for part in (slice(0, 2), slice(4, 6)):      # what each rank holds inside no_sync
+        ref_model.zero_grad()
+        F.mse_loss(ref_model(x[part]), y[part]).backward()
+        local.append(ddp_worker.grads(ref_model))
+    ref_model.zero_grad()
+    for part in (slice(0, 2), slice(2, 4), slice(4, 6), slice(6, 8)):
+        F.mse_loss(ref_model(x[part]), y[part]).backward()
+    accumulated = [g / 2 for g in ddp_worker.grads(ref_model)]
+    for r in range(2):
+        for got, want in zip(recs[r]["sync"], full):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        for got, want in zip(recs[r]["accumulated"], accumulated):
+            torch.testing.assert_close(got, want, rtol=1e-6, atol=1e-7)
+        for got, want in zip(recs[r]["local_only"], local[r]):
+            torch.testing.assert_close(got, want, rtol=0, atol=0)

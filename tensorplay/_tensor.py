@@ -352,10 +352,9 @@ class Tensor:
     def cpu(self):
         return self.to("cpu")
 
-    def type(self, dtype=None):
-        if dtype is None:
-            return str(self.dtype)
-        return self.to(dtype)
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        from .ops.factories import legacy_type
+        return legacy_type(self, dtype)
 
     def float(self):
         return self.to(torch.float32)

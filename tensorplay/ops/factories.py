@@ -11,7 +11,8 @@ uninitialised tensor of that size in the default dtype; one int is a size too), 
 (data converted to the default floating dtype), ``tp.Tensor()`` (empty); the typed classes
 ``FloatTensor``, ``DoubleTensor``, ``HalfTensor``, ``BFloat16Tensor``, ``LongTensor``, ``IntTensor``,
 ``ShortTensor``, ``CharTensor``, ``ByteTensor``, ``BoolTensor`` take sizes or data the same way in
-their dtype, and ``isinstance(x, tp.LongTensor)`` tests for a CPU tensor of that dtype.
+their dtype, ``isinstance(x, tp.LongTensor)`` tests for a CPU tensor of that dtype, and ``x.type()``
+names the type as PyTorch does (``x.type(tp.LongTensor)`` or ``x.type('torch.LongTensor')`` casts).
 """
 from __future__ import annotations
 
@@ -291,9 +292,32 @@ class _TypedTensorMeta(type):
         return isinstance(x, Tensor) and x.dtype == cls.dtype and x.device.type == "cpu"
 
 
+_TYPED = {}
+
+
+def legacy_type(x, t=None):
+    """``x.type()``: PyTorch's type name (``'torch.FloatTensor'``, ``'torch.cuda.LongTensor'``);
+    ``x.type(T)`` with a typed class, such a name or a dtype: ``x`` cast to that dtype (and to CUDA
+    for a ``torch.cuda.`` name)."""
+    if t is None:
+        name = next((n for n, c in _TYPED.items() if c.dtype == x.dtype), str(x.dtype))
+        return f"torch.{'cuda.' if x.device.type == 'cuda' else ''}{name}"
+    if isinstance(t, _TypedTensorMeta):
+        return x.to(t.dtype)
+    if isinstance(t, str):
+        parts = t.split(".")
+        cls = _TYPED.get(parts[-1])
+        if parts[0] != "torch" or cls is None or parts[1:-1] not in ([], ["cuda"]):
+            raise ValueError(f"tp.Tensor.type: invalid type {t!r}")
+        return x.to(dtype=cls.dtype, device="cuda" if parts[1:-1] == ["cuda"] else None)
+    return x.to(t)
+
+
 def _typed(name, dtype):
-    return _TypedTensorMeta(name, (), {"dtype": dtype, "__module__": "tensorplay",
-                                        "__doc__": f"Legacy constructor of {dtype} tensors (sizes or data)."})
+    cls = _TypedTensorMeta(name, (), {"dtype": dtype, "__module__": "tensorplay",
+                                       "__doc__": f"Legacy constructor of {dtype} tensors (sizes or data)."})
+    _TYPED[name] = cls
+    return cls
 
 
 FloatTensor = _typed("FloatTensor", torch.float32)

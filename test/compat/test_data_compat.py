@@ -234,3 +234,20 @@ def test_generic_annotations():
             return 23
     b = next(iter(data.DataLoader(DS(), batch_size=2, sampler=Ints())))
     assert_close(b, X[[2, 0]], exact=True)
+
+
+@pytest.mark.parametrize("n,replicas,shuffle,drop_last", [(10, 3, True, False), (10, 3, False, True),
+                                                          (2, 5, True, False), (12, 4, True, True)])
+def test_distributed_sampler_matches_torch(n, replicas, shuffle, drop_last):
+    from torch.utils.data.distributed import DistributedSampler as TorchDS
+
+    from tensorplay.utils.data.distributed import DistributedSampler
+    for rank in range(replicas):
+        ours = DistributedSampler(Range(n), replicas, rank, shuffle=shuffle, seed=3, drop_last=drop_last)
+        theirs = TorchDS(range(n), replicas, rank, shuffle=shuffle, seed=3, drop_last=drop_last)
+        for epoch in (0, 1):
+            ours.set_epoch(epoch)
+            theirs.set_epoch(epoch)
+            assert list(ours) == list(theirs) and len(ours) == len(theirs)
+    with pytest.raises(ValueError, match="DistributedSampler"):
+        DistributedSampler(Range(4), 2, 2)

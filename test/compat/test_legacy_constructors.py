@@ -104,3 +104,16 @@ def test_new_methods():
     _same_meta(p.new_empty(size=(2, 5)), x.new_empty(size=(2, 5)))
     _same_meta(p.new_empty(3), x.new_empty(3))
     assert p.new_zeros(2, requires_grad=True).requires_grad
+
+
+def test_type_names_and_casts():
+    for dtype in (torch.float32, torch.float64, torch.int64, torch.int32, torch.uint8, torch.bool, torch.float16):
+        x = torch.zeros(2, dtype=dtype)
+        assert tp.from_torch(x).type() == x.type()
+    x = torch.tensor([1.7, -2.2])
+    p = tp.from_torch(x)
+    for target in (torch.LongTensor, "torch.IntTensor", torch.float64):
+        ours = p.type(getattr(tp, target.__name__) if isinstance(target, type) else target)
+        assert_close(ours, x.type(target), exact=True)
+    with pytest.raises(ValueError, match="tp.Tensor.type"):
+        p.type("torch.NotATensor")

@@ -5,7 +5,8 @@
   ``random_split``.
 * Samplers produce indices lazily: ``SequentialSampler``, ``RandomSampler`` (a fresh permutation each
   epoch, or draws with replacement), ``SubsetRandomSampler``, ``WeightedRandomSampler``, ``BatchSampler``
-  (groups indices into lists, optionally dropping the last short batch); their draws are PyTorch's.
+  (groups indices into lists, optionally dropping the last short batch), ``DistributedSampler`` (one
+  process's share); their draws are PyTorch's.
 * ``DataLoader(dataset, batch_size, shuffle, drop_last, collate_fn, generator, seed)`` iterates over
   batches: it samples indices, fetches the items and merges them with ``collate_fn`` (default:
   :func:`default_collate`, which stacks tensors, turns numbers into tensors and recurses into tuples,
@@ -16,10 +17,12 @@
 Loading runs in the main process (``num_workers`` is accepted for compatibility and ignored).
 """
 from .dataloader import DataLoader, default_collate
+from . import distributed
+from .distributed import DistributedSampler
 from .dataset import ConcatDataset, Dataset, IterableDataset, Subset, TensorDataset, random_split
 from .sampler import (BatchSampler, RandomSampler, Sampler, SequentialSampler, SubsetRandomSampler,
                       WeightedRandomSampler)
 
 __all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split", "Sampler",
            "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler", "BatchSampler",
-           "DataLoader", "default_collate"]
+           "DistributedSampler", "DataLoader", "default_collate"]

@@ -1,5 +1,5 @@
 """``tp.optim``: optimizers (``SGD``, ``Adam``, ``AdamW``, ``Adadelta``, ``Adagrad``, ``RMSprop``,
-``Adamax``, ``NAdam``, ``RAdam``, ``LBFGS``) over parameter groups, and learning-rate schedulers
+``Adamax``, ``NAdam``, ``RAdam``, ``Rprop``, ``ASGD``, ``LBFGS``) over parameter groups, and learning-rate schedulers
 (``tp.optim.lr_scheduler``).  APIs, defaults and state-dict layouts follow ``torch.optim``."""
 from . import lr_scheduler
 from .adam import Adam, AdamW
@@ -7,7 +7,8 @@ from .adam_variants import Adamax, NAdam, RAdam
 from .adaptive import Adadelta, Adagrad, RMSprop
 from .lbfgs import LBFGS
 from .optimizer import Optimizer
+from .rprop_asgd import ASGD, Rprop
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "LBFGS", "lr_scheduler"]
+           "Rprop", "ASGD", "LBFGS", "lr_scheduler"]

@@ -1,4 +1,4 @@
-"""The element-wise optimisers (Adadelta, Adagrad, RMSprop, Adamax, NAdam, RAdam) and LBFGS against
+"""The element-wise optimisers (Adadelta, Adagrad, RMSprop, Adamax, NAdam, RAdam, Rprop, ASGD) and LBFGS against
 torch.optim: the same gradients give bit-identical parameters over several steps for every option and
 with parameter groups; state dicts have torch's layout and a reloaded optimiser continues exactly."""
 import copy
@@ -62,6 +62,12 @@ CASES = [
     ("RAdam", dict(lr=1e-2, betas=(0.5, 0.9), weight_decay=0.1), None),   # rho_t > 5 from step 2
     ("RAdam", dict(lr=1e-2, weight_decay=0.1, decoupled_weight_decay=True, maximize=True), None),
     ("RAdam", {}, [dict(betas=(0.6, 0.8)), dict(lr=1e-2)]),
+    ("Rprop", {}, None),
+    ("Rprop", dict(lr=0.05, etas=(0.3, 1.5), step_sizes=(1e-3, 0.2), maximize=True), None),
+    ("Rprop", {}, [dict(lr=0.1), dict(step_sizes=(1e-4, 1.0))]),
+    ("ASGD", {}, None),
+    ("ASGD", dict(lr=0.05, lambd=1e-2, alpha=0.5, t0=3, weight_decay=0.1, maximize=True), None),
+    ("ASGD", dict(t0=2), [dict(lr=0.1), dict(alpha=0.9)]),
 ]
 
 
@@ -82,7 +88,8 @@ def test_matches_torch(name, kw, groups):
 
 @pytest.mark.parametrize("name,kw", [("Adadelta", dict(weight_decay=0.1)), ("Adagrad", dict(lr_decay=0.1)),
                                      ("RMSprop", dict(momentum=0.9, centered=True)), ("Adamax", {}),
-                                     ("NAdam", {}), ("RAdam", dict(betas=(0.5, 0.9)))])
+                                     ("NAdam", {}), ("RAdam", dict(betas=(0.5, 0.9))), ("Rprop", {}),
+                                     ("ASGD", dict(t0=2))])
 @pytest.mark.parametrize("source", ["tp", "torch"])
 def test_state_dict_resume(name, kw, source):
     """After 4 steps, an optimiser loaded from a state dict (ours or torch's, through a deep copy)
@@ -106,7 +113,7 @@ def test_state_dict_resume(name, kw, source):
         assert_close(b, a.detach(), exact=True)
 
 
-@pytest.mark.parametrize("name", ["Adadelta", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam"])
+@pytest.mark.parametrize("name", ["Adadelta", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam", "Rprop", "ASGD"])
 def test_bad_hyperparameters_and_sparse(name):
     p = nn.Parameter(tp.randn(3))
     with pytest.raises(ValueError, match=f"tp.optim.{name}"):

@@ -100,14 +100,18 @@ class RMSprop(ElementwiseOptimizer):
         square_avg = state["square_avg"]._data
         square_avg.mul_(alpha).addcmul_(grad, grad, value=1 - alpha)
         if group["centered"]:
-            grad_avg = state.setdefault("grad_avg", zeros_state(param))._data
+            if "grad_avg" not in state:          # centered turned on after the first step
+                state["grad_avg"] = zeros_state(param)
+            grad_avg = state["grad_avg"]._data
             grad_avg.lerp_(grad, 1 - alpha)
             avg = square_avg.addcmul(grad_avg, grad_avg, value=-1).sqrt_()
         else:
             avg = square_avg.sqrt()
         avg.add_(group["eps"])
         if mom > 0:
-            buf = state.setdefault("momentum_buffer", zeros_state(param))._data
+            if "momentum_buffer" not in state:
+                state["momentum_buffer"] = zeros_state(param)
+            buf = state["momentum_buffer"]._data
             buf.mul_(mom).addcdiv_(grad, avg)
             param.add_(buf, alpha=-group["lr"])
         else:

@@ -251,3 +251,42 @@ def test_distributed_sampler_matches_torch(n, replicas, shuffle, drop_last):
             assert list(ours) == list(theirs) and len(ours) == len(theirs)
     with pytest.raises(ValueError, match="DistributedSampler"):
         DistributedSampler(Range(4), 2, 2)
+
+
+def _stream_class(base):
+    """A finite stream over a list, as a subclass of ``base`` (tp's or torch's IterableDataset)."""
+    class Stream(base):
+        def __init__(self, items):
+            self.items = items
+
+        def __iter__(self):
+            return iter(self.items)
+
+        def __len__(self):
+            return len(self.items)
+    return Stream
+
+
+Stream, TorchStream = _stream_class(data.IterableDataset), _stream_class(tud.IterableDataset)
+
+
+def test_stack_chain_datasets_and_worker_info():
+    x, y = torch.randn(5, 2), torch.arange(5)
+    ours = data.StackDataset(data.TensorDataset(tp.from_torch(x)), Range(5))
+    theirs = tud.StackDataset(tud.TensorDataset(x), range(5))
+    assert len(ours) == len(theirs) == 5
+    _same(data.default_collate([ours[i] for i in (1, 3)]), tud.default_collate([theirs[i] for i in (1, 3)]))
+    named = data.StackDataset(a=Range(5), b=data.TensorDataset(tp.from_torch(y)))
+    assert named[2]["a"] == 2 and int(named[2]["b"][0]) == 2
+    with pytest.raises(ValueError, match="StackDataset"):
+        data.StackDataset(Range(2), Range(3))
+    with pytest.raises(ValueError, match="StackDataset"):
+        data.StackDataset(Range(2), b=Range(2))
+    chain, tchain = data.ChainDataset([Stream([1, 2]), Stream([3])]), tud.ChainDataset([TorchStream([1, 2]),
+                                                                                        TorchStream([3])])
+    assert list(chain) == list(tchain) and len(chain) == len(tchain) == 3
+    loader = data.DataLoader(chain, batch_size=2)
+    _same(list(loader), list(tud.DataLoader(tchain, batch_size=2)))
+    with pytest.raises(TypeError, match="ChainDataset"):
+        list(data.ChainDataset([Range(2)]))
+    assert data.get_worker_info() is None

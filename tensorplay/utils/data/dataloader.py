@@ -12,7 +12,13 @@ from ..._tensor import Tensor, _wrap
 from .dataset import IterableDataset, TensorDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "default_convert"]
+__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
+
+
+def get_worker_info():
+    """``None``: loading runs in the main process (what PyTorch returns there too), so dataset code
+    that splits its work among loader workers takes its single-process branch."""
+    return None
 
 
 def _stack(tensors):

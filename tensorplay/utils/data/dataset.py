@@ -1,4 +1,6 @@
-"""Datasets: the map-style protocol (``__getitem__``/``__len__``) and a few compositions."""
+"""Datasets: the map-style protocol (``__getitem__``/``__len__``), streams (``IterableDataset``) and
+their compositions (``TensorDataset``, ``StackDataset``, ``Subset``, ``ConcatDataset``,
+``ChainDataset``, ``random_split``), as in ``torch.utils.data``; ``Dataset[T]`` is a generic."""
 from __future__ import annotations
 
 import bisect
@@ -10,7 +12,8 @@ import torch
 
 from ..._tensor import Tensor
 
-__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split"]
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "StackDataset", "Subset", "ConcatDataset", "ChainDataset",
+           "random_split"]
 
 
 _T_co = TypeVar("_T_co", covariant=True)
@@ -58,6 +61,31 @@ class TensorDataset(Dataset):
         return self.tensors[0].shape[0]
 
 
+class StackDataset(Dataset):
+    """Several datasets of one length side by side: sample ``i`` is the tuple (positional datasets)
+    or dict (keyword datasets) of their samples ``i``."""
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError("StackDataset: give datasets positionally (tuple samples) or by keyword (dict "
+                             "samples), not both")
+        if not args and not kwargs:
+            raise ValueError("StackDataset: at least one dataset should be passed")
+        self.datasets = args if args else kwargs
+        members = list(args) if args else list(kwargs.values())
+        self._length = len(members[0])
+        if any(len(d) != self._length for d in members):
+            raise ValueError(f"StackDataset: size mismatch between datasets: {[len(d) for d in members]}")
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __len__(self):
+        return self._length
+
+
 class Subset(Dataset):
     """The samples of ``dataset`` at ``indices``, in that order."""
 
@@ -103,6 +131,26 @@ class ConcatDataset(Dataset):
         k = bisect.bisect_right(self.cumulative_sizes, idx)
         start = 0 if k == 0 else self.cumulative_sizes[k - 1]
         return self.datasets[k][idx - start]
+
+
+class ChainDataset(IterableDataset):
+    """Several streams one after the other (``len`` is the sum of theirs)."""
+
+    def __init__(self, datasets):
+        self.datasets = datasets
+
+    def _members(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise TypeError(f"ChainDataset only supports IterableDataset, got {type(d).__name__}")
+            yield d
+
+    def __iter__(self):
+        for d in self._members():
+            yield from d
+
+    def __len__(self):
+        return sum(len(d) for d in self._members())
 
 
 def random_split(dataset, lengths, generator=None):

@@ -1,7 +1,8 @@
 """``tp.optim``: optimizers (``SGD``, ``Adam``, ``AdamW``, ``Adadelta``, ``Adagrad``, ``RMSprop``,
-``Adamax``, ``NAdam``, ``RAdam``, ``Rprop``, ``ASGD``, ``LBFGS``) over parameter groups, and learning-rate schedulers
-(``tp.optim.lr_scheduler``).  APIs, defaults and state-dict layouts follow ``torch.optim``."""
-from . import lr_scheduler
+``Adamax``, ``NAdam``, ``RAdam``, ``Rprop``, ``ASGD``, ``LBFGS``) over parameter groups, learning-rate
+schedulers (``tp.optim.lr_scheduler``) and weight averaging (``tp.optim.swa_utils``).  APIs,
+defaults and state-dict layouts follow ``torch.optim``."""
+from . import lr_scheduler, swa_utils
 from .adam import Adam, AdamW
 from .adam_variants import Adamax, NAdam, RAdam
 from .adaptive import Adadelta, Adagrad, RMSprop
@@ -11,4 +12,4 @@ from .rprop_asgd import ASGD, Rprop
 from .sgd import SGD
 
 __all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adadelta", "Adagrad", "RMSprop", "Adamax", "NAdam", "RAdam",
-           "Rprop", "ASGD", "LBFGS", "lr_scheduler"]
+           "Rprop", "ASGD", "LBFGS", "lr_scheduler", "swa_utils"]

@@ -8,6 +8,7 @@ import torch
 
 import tensorplay as tp
 import tensorplay.nn as nn
+from tensorplay.testing import assert_close
 
 L = tp.optim.lr_scheduler
 TL = torch.optim.lr_scheduler
@@ -178,3 +179,77 @@ def test_bad_arguments():
         s.step()
     with pytest.raises(ValueError, match="OneCycleLR"):
         s.step()
+
+
+# ---- swa_utils ----------------------------------------------------------------------------------------
+SW = tp.optim.swa_utils
+TSW = torch.optim.swa_utils
+
+
+@pytest.mark.parametrize("kw", [dict(swa_lr=0.01), dict(swa_lr=[0.02, 0.005], anneal_epochs=4,
+                                                         anneal_strategy="linear"), dict(swa_lr=0.03, anneal_epochs=0)])
+def test_swalr_matches_torch(kw):
+    topt, popt = _opts()
+    ts, ps = TSW.SWALR(topt, **kw), SW.SWALR(popt, **kw)
+    assert _sequence(popt, ps, 30) == _sequence(topt, ts, 30)
+    assert _keys(ps) == sorted(set(_keys(ts)) - {"anneal_func"})
+    with pytest.raises(ValueError, match="SWALR"):
+        SW.SWALR(popt, 0.1, anneal_strategy="step")
+
+
+def _pair_models():
+    torch.manual_seed(0)
+    t = torch.nn.Sequential(torch.nn.Linear(3, 4), torch.nn.BatchNorm1d(4), torch.nn.Linear(4, 2))
+    p = nn.Sequential(nn.Linear(3, 4), nn.BatchNorm1d(4), nn.Linear(4, 2))
+    p.load_state_dict({k: tp.from_torch(v.clone()) for k, v in t.state_dict().items()})
+    return t, p
+
+
+def _perturb(t, p, seed):
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for (a, b) in zip(list(t.parameters()) + list(t.buffers()), list(p.parameters()) + list(p.buffers())):
+            if a.is_floating_point():
+                delta = torch.randn(a.shape, generator=g)
+                a.add_(delta)
+                b._data.add_(delta)
+            else:
+                a.add_(1)
+                b._data.add_(1)
+
+
+@pytest.mark.parametrize("how", ["swa", "ema_multi", "ema_fn", "swa_fn", "buffers"])
+def test_averaged_model_matches_torch(how):
+    t, p = _pair_models()
+    kw = {"ema_multi": lambda m: dict(multi_avg_fn=m.get_ema_multi_avg_fn(0.9)),
+          "ema_fn": lambda m: dict(avg_fn=m.get_ema_avg_fn(0.8)),
+          "swa_fn": lambda m: dict(avg_fn=m.get_swa_avg_fn()),
+          "buffers": lambda m: dict(use_buffers=True), "swa": lambda m: {}}[how]
+    ta, pa = TSW.AveragedModel(t, **kw(TSW)), SW.AveragedModel(p, **kw(SW))
+    for k in range(5):
+        _perturb(t, p, k)
+        ta.update_parameters(t)
+        pa.update_parameters(p)
+    tsd, psd = ta.state_dict(), pa.state_dict()
+    assert list(tsd) == list(psd)
+    for k in tsd:
+        assert_close(psd[k], tsd[k], exact=True, msg=k)
+    x = torch.randn(6, 3)
+    ta.eval()
+    pa.eval()
+    assert_close(pa(tp.from_torch(x)), ta(x).detach(), rtol=1e-6, atol=1e-6)
+    with pytest.raises(ValueError, match="AveragedModel"):
+        SW.AveragedModel(p, avg_fn=SW.get_swa_avg_fn(), multi_avg_fn=SW.get_swa_multi_avg_fn())
+    with pytest.raises(ValueError, match="decay"):
+        SW.get_ema_avg_fn(1.5)
+
+
+def test_update_bn_matches_torch():
+    t, p = _pair_models()
+    g = torch.Generator().manual_seed(4)
+    xs = [torch.randn(5, 3, generator=g) for _ in range(4)]
+    TSW.update_bn([(x, 0) for x in xs], t)
+    SW.update_bn([(tp.from_torch(x), 0) for x in xs], p)
+    for k, v in t.state_dict().items():
+        assert_close(p.state_dict()[k], v, rtol=1e-6, atol=1e-7, msg=k)
+    assert p[1].momentum == t[1].momentum == 0.1 and p.training

@@ -22,8 +22,6 @@ Guarantees:
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import torch
 
@@ -449,19 +447,23 @@ class Tensor:
             args = (size,)
         return fn(*args, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
-    def new_zeros(self, *args, size=None, dtype=None, device=None, requires_grad=False, **_):
+    def new_zeros(self, *args, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+                  pin_memory=False):
         from .ops import zeros
         return self._new(zeros, args, size, dtype, device, requires_grad)
 
-    def new_ones(self, *args, size=None, dtype=None, device=None, requires_grad=False, **_):
+    def new_ones(self, *args, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+                 pin_memory=False):
         from .ops import ones
         return self._new(ones, args, size, dtype, device, requires_grad)
 
-    def new_empty(self, *args, size=None, dtype=None, device=None, requires_grad=False, **_):
+    def new_empty(self, *args, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+                  pin_memory=False):
         from .ops import empty
         return self._new(empty, args, size, dtype, device, requires_grad)
 
-    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False, **_):
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False, layout=None,
+                 pin_memory=False):
         from .ops import full
         return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
                     requires_grad=requires_grad)

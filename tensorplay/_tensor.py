@@ -22,8 +22,6 @@ Guarantees:
 """
 from __future__ import annotations
 
-import numbers
-
 import numpy as np
 import torch
 
@@ -50,18 +48,18 @@ class Tensor:
 
     __array_priority__ = 1000  # so numpy scalars defer to our operators
 
-    def __init__(self, data=None, *, dtype=None, device=None, requires_grad=False):
-        if isinstance(data, Tensor):
-            data = data._data
-        if isinstance(data, torch.Tensor):
-            d = data
-            if dtype is not None or device is not None:
-                d = d.to(dtype=dtype, device=device)
-        elif data is None:
-            d = torch.empty(0, dtype=dtype or torch.get_default_dtype(), device=device)
-        else:
-            d = torch.as_tensor(np.asarray(data) if not isinstance(data, (list, tuple, numbers.Number)) else data,
-                                dtype=dtype, device=device)
+    def __init__(self, *args, dtype=None, device=None, requires_grad=False, **kwargs):
+        """``Tensor(data)`` wraps a tensor (sharing it) or converts data; the legacy forms
+        ``Tensor(2, 3)``, ``Tensor([1, 2])``, ``Tensor()`` are PyTorch's (see ``ops/factories.py``)."""
+        if "data" in kwargs:
+            args = (kwargs.pop("data"),) + args
+        if kwargs:
+            raise TypeError(f"tp.Tensor: unexpected keyword arguments {sorted(kwargs)}")
+        from .ops.factories import legacy_data
+        explicit = dtype is not None or device is not None
+        if dtype is None and not (len(args) == 1 and isinstance(args[0], (Tensor, torch.Tensor))):
+            dtype = torch.get_default_dtype()
+        d = legacy_data("Tensor", args, dtype, device, explicit)
         if d.requires_grad:
             d = d.detach()
         self._data = d
@@ -352,10 +350,9 @@ class Tensor:
     def cpu(self):
         return self.to("cpu")
 
-    def type(self, dtype=None):
-        if dtype is None:
-            return str(self.dtype)
-        return self.to(dtype)
+    def type(self, dtype=None, non_blocking=False, **kwargs):
+        from .ops.factories import legacy_type
+        return legacy_type(self, dtype)
 
     def float(self):
         return self.to(torch.float32)
@@ -445,19 +442,28 @@ class Tensor:
     def new_tensor(self, data, dtype=None, device=None, requires_grad=False):
         return Tensor(data, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
 
-    def new_zeros(self, *size, dtype=None, device=None, requires_grad=False):
+    def _new(self, fn, args, size, dtype, device, requires_grad):
+        if size is not None:
+            args = (size,)
+        return fn(*args, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+
+    def new_zeros(self, *args, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+                  pin_memory=False):
         from .ops import zeros
-        return zeros(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+        return self._new(zeros, args, size, dtype, device, requires_grad)
 
-    def new_ones(self, *size, dtype=None, device=None, requires_grad=False):
+    def new_ones(self, *args, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+                 pin_memory=False):
         from .ops import ones
-        return ones(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+        return self._new(ones, args, size, dtype, device, requires_grad)
 
-    def new_empty(self, *size, dtype=None, device=None, requires_grad=False):
+    def new_empty(self, *args, size=None, dtype=None, device=None, requires_grad=False, layout=None,
+                  pin_memory=False):
         from .ops import empty
-        return empty(*size, dtype=dtype or self.dtype, device=device or self.device, requires_grad=requires_grad)
+        return self._new(empty, args, size, dtype, device, requires_grad)
 
-    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False):
+    def new_full(self, size, fill_value, dtype=None, device=None, requires_grad=False, layout=None,
+                 pin_memory=False):
         from .ops import full
         return full(size, fill_value, dtype=dtype or self.dtype, device=device or self.device,
                     requires_grad=requires_grad)

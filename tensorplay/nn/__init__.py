@@ -1,7 +1,7 @@
 """``tp.nn``: modules (layers with parameters), ``functional`` (stateless ops), ``init``
 (initialisers), ``Parameter``, ``utils`` (gradient clipping), ``moe`` (mixture-of-experts routing
-and the ``MoE`` layer).  APIs and ``state_dict`` keys follow ``torch.nn`` so that models and
-checkpoints move between the two.
+and the ``MoE`` layer), ``parallel`` (``DataParallel``, ``DistributedDataParallel``).  APIs and
+``state_dict`` keys follow ``torch.nn`` so that models and checkpoints move between the two.
 """
 from . import functional
 from . import init
@@ -11,5 +11,8 @@ from .modules import *  # noqa: F401,F403
 from .modules import __all__ as _modules_all
 from . import moe
 from .moe import MoE
+from . import parallel
+from .parallel import DataParallel
 
-__all__ = ["functional", "init", "utils", "moe", "MoE", "Parameter", "Buffer"] + list(_modules_all)
+__all__ = ["functional", "init", "utils", "moe", "MoE", "parallel", "DataParallel", "Parameter",
+           "Buffer"] + list(_modules_all)

@@ -43,6 +43,7 @@ __all__ = [
     # normalization, dropout, embedding, shape helpers
     "layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm", "normalize", "cosine_similarity",
     "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "one_hot", "pad",
+    "pixel_shuffle", "pixel_unshuffle",
     # losses
     "cross_entropy", "nll_loss", "mse_loss", "l1_loss", "smooth_l1_loss", "huber_loss", "kl_div",
     "binary_cross_entropy", "binary_cross_entropy_with_logits",
@@ -554,6 +555,14 @@ def one_hot(tensor, num_classes=-1):
 
 def pad(input, pad, mode="constant", value=None):
     return _op("pad")(input, list(pad), mode, value)
+
+
+def pixel_shuffle(input, upscale_factor):
+    return _op("pixel_shuffle")(input, upscale_factor)
+
+
+def pixel_unshuffle(input, downscale_factor):
+    return _op("pixel_unshuffle")(input, downscale_factor)
 
 
 # =================================================================================================

@@ -5,6 +5,14 @@ Ops with no tensor inputs (``zeros``, ``rand``...) are table entries tagged ``fa
 ``zeros(2, 3)`` as well as ``zeros((2, 3))`` and the ``dtype``/``device``/``requires_grad`` keywords.
 ``tensor``/``as_tensor`` build from Python data and are not ops (their input is not a tensor).
 RNG: the global ATen generator; ``manual_seed`` seeds it.
+
+Legacy constructors, as in PyTorch: ``tp.Tensor(2, 3)`` / ``tp.Tensor(torch.Size([2, 3]))`` (an
+uninitialised tensor of that size in the default dtype; one int is a size too), ``tp.Tensor([1, 2])``
+(data converted to the default floating dtype), ``tp.Tensor()`` (empty); the typed classes
+``FloatTensor``, ``DoubleTensor``, ``HalfTensor``, ``BFloat16Tensor``, ``LongTensor``, ``IntTensor``,
+``ShortTensor``, ``CharTensor``, ``ByteTensor``, ``BoolTensor`` take sizes or data the same way in
+their dtype, ``isinstance(x, tp.LongTensor)`` tests for a CPU tensor of that dtype, and ``x.type()``
+names the type as PyTorch does (``x.type(tp.LongTensor)`` or ``x.type('torch.LongTensor')`` casts).
 """
 from __future__ import annotations
 
@@ -18,7 +26,9 @@ from .registry import register
 
 __all__ = ["tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye", "rand", "randn",
            "randint", "randperm", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
-           "randint_like", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "scalar_tensor"]
+           "randint_like", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "scalar_tensor",
+           "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
+           "CharTensor", "ByteTensor", "BoolTensor"]
 
 F = ("factory",)
 R = ("factory", "random", "nondeterministic")
@@ -87,10 +97,15 @@ def _mk(opname, who):
     from .registry import OPS
     fn = OPS[opname].fn
 
-    def f(*size, dtype=None, device=None, requires_grad=False, out=None):
-        return _finish(fn(_size(size, who), dtype=dtype, device=device), requires_grad)
+    def f(*args, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+          pin_memory=False):
+        if size is not None:
+            if args:
+                raise TypeError(f"tp.{who}: got the size both positionally and as size=")
+            args = (size,)
+        return _finish(fn(_size(args, who), dtype=dtype, device=device), requires_grad)
     f.__name__ = who
-    f.__doc__ = f"tp.{who}(*size, dtype=None, device=None, requires_grad=False)"
+    f.__doc__ = f"tp.{who}(*size, dtype=None, device=None, requires_grad=False); also tp.{who}(size=...)"
     return f
 
 
@@ -247,3 +262,92 @@ def get_rng_state():
 
 def set_rng_state(state):
     torch.set_rng_state(state._data if isinstance(state, Tensor) else state)
+
+
+# ---- legacy constructors ----------------------------------------------------------------------------
+def _is_size(args):
+    return all(isinstance(a, (int, np.integer, torch.SymInt)) and not isinstance(a, bool) for a in args)
+
+
+def legacy_data(who, args, dtype, device, explicit):
+    """The storage of ``tp.Tensor(*args)`` / ``tp.<Type>Tensor(*args)``: sizes (ints or one
+    ``torch.Size``) give an uninitialised tensor of ``dtype``; one sequence, array or number gives its
+    data converted to ``dtype``; a tensor is taken as it is (cast when ``explicit``: a dtype or device
+    keyword was given).  A single int with an explicit dtype/device is data (a 0-d tensor), without
+    them a size, as in PyTorch's legacy constructor."""
+    if not args or (len(args) == 1 and args[0] is None):
+        return torch.empty(0, dtype=dtype, device=device)
+    if len(args) == 1 and isinstance(args[0], (Tensor, torch.Tensor)):
+        d = args[0]._data if isinstance(args[0], Tensor) else args[0]
+        return d.to(dtype=dtype, device=device) if explicit else d
+    if len(args) == 1 and isinstance(args[0], torch.Size):
+        return torch.empty(args[0], dtype=dtype, device=device)
+    if _is_size(args) and (len(args) > 1 or not explicit):
+        if any(int(a) < 0 for a in args):
+            raise RuntimeError(f"tp.{who}: negative dimension in size {list(args)}")
+        return torch.empty([int(a) for a in args], dtype=dtype, device=device)
+    if len(args) != 1:
+        raise TypeError(f"tp.{who}: expected sizes (ints) or one sequence of data, got {len(args)} arguments "
+                        f"of types {[type(a).__name__ for a in args]}")
+    data = args[0]
+    if isinstance(data, str):
+        raise TypeError(f"tp.{who}: data must be a sequence, array or number (got str)")
+    try:
+        return torch.as_tensor(np.asarray(data) if not isinstance(data, (list, tuple, numbers.Number)) else
+                               _infer(data), dtype=dtype, device=device)
+    except (TypeError, ValueError, RuntimeError) as e:
+        raise type(e)(f"tp.{who}: cannot build a tensor from {type(data).__name__}: {e}") from e
+
+
+class _TypedTensorMeta(type):
+    """``tp.LongTensor(...)`` builds a ``tp.Tensor`` of int64; ``isinstance(x, tp.LongTensor)`` asks
+    whether ``x`` is a CPU tensor of that dtype."""
+
+    def __call__(cls, *args, device=None):
+        if len(args) == 1 and isinstance(args[0], (Tensor, torch.Tensor)) and args[0].dtype != cls.dtype:
+            raise TypeError(f"tp.{cls.__name__}: expected {cls.dtype} (got {args[0].dtype})")
+        d = legacy_data(cls.__name__, args, cls.dtype, device, False)
+        return _wrap(d.detach() if d.requires_grad else d)
+
+    def __instancecheck__(cls, x):
+        return isinstance(x, Tensor) and x.dtype == cls.dtype and x.device.type == "cpu"
+
+
+_TYPED = {}
+
+
+def legacy_type(x, t=None):
+    """``x.type()``: PyTorch's type name (``'torch.FloatTensor'``, ``'torch.cuda.LongTensor'``);
+    ``x.type(T)`` with a typed class, such a name or a dtype: ``x`` cast to that dtype (and to CUDA
+    for a ``torch.cuda.`` name)."""
+    if t is None:
+        name = next((n for n, c in _TYPED.items() if c.dtype == x.dtype), str(x.dtype))
+        return f"torch.{'cuda.' if x.device.type == 'cuda' else ''}{name}"
+    if isinstance(t, _TypedTensorMeta):
+        return x.to(t.dtype)
+    if isinstance(t, str):
+        parts = t.split(".")
+        cls = _TYPED.get(parts[-1])
+        if parts[0] != "torch" or cls is None or parts[1:-1] not in ([], ["cuda"]):
+            raise ValueError(f"tp.Tensor.type: invalid type {t!r}")
+        return x.to(dtype=cls.dtype, device="cuda" if parts[1:-1] == ["cuda"] else None)
+    return x.to(t)
+
+
+def _typed(name, dtype):
+    cls = _TypedTensorMeta(name, (), {"dtype": dtype, "__module__": "tensorplay",
+                                       "__doc__": f"Legacy constructor of {dtype} tensors (sizes or data)."})
+    _TYPED[name] = cls
+    return cls
+
+
+FloatTensor = _typed("FloatTensor", torch.float32)
+DoubleTensor = _typed("DoubleTensor", torch.float64)
+HalfTensor = _typed("HalfTensor", torch.float16)
+BFloat16Tensor = _typed("BFloat16Tensor", torch.bfloat16)
+LongTensor = _typed("LongTensor", torch.int64)
+IntTensor = _typed("IntTensor", torch.int32)
+ShortTensor = _typed("ShortTensor", torch.int16)
+CharTensor = _typed("CharTensor", torch.int8)
+ByteTensor = _typed("ByteTensor", torch.uint8)
+BoolTensor = _typed("BoolTensor", torch.bool)

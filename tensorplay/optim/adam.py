@@ -81,8 +81,7 @@ class Adam(Optimizer):
                         else:
                             grad = grad.add(param, alpha=wd)
                     exp_avg, exp_avg_sq = state["exp_avg"]._data, state["exp_avg_sq"]._data
-                    exp_avg.lerp_(grad, 1 - beta1)
-                    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
+                    update_moments(exp_avg, exp_avg_sq, grad, beta1, beta2)
                     bias_correction1 = 1 - beta1 ** step
                     bias_correction2 = 1 - beta2 ** step
                     step_size = lr / bias_correction1
@@ -144,6 +143,12 @@ class Adam(Optimizer):
             torch._foreach_div_(denom, bc2_sqrt)
             torch._foreach_add_(denom, eps)
             torch._foreach_addcdiv_(params, m, denom, step_size)
+
+
+def update_moments(exp_avg, exp_avg_sq, grad, beta1, beta2):
+    """Adam's moment estimates, in place: m ← β₁m + (1−β₁)g (as a lerp), v ← β₂v + (1−β₂)g²."""
+    exp_avg.lerp_(grad, 1 - beta1)
+    exp_avg_sq.mul_(beta2).addcmul_(grad, grad, value=1 - beta2)
 
 
 def _use_foreach(group) -> bool:

@@ -15,6 +15,9 @@ from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithL
 from .transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
 from .rnn import RNNBase, RNN, LSTM, GRU, RNNCellBase, RNNCell, LSTMCell, GRUCell
 from .fold import Unfold, Fold
+from .padding import *  # noqa: F401,F403
+from .padding import __all__ as _padding_all
+from .pixelshuffle import PixelShuffle, PixelUnshuffle
 
 __all__ = [
     "Module", "RemovableHandle", "Identity", "Linear", "Bilinear", "LazyLinear", "Flatten", "Unflatten",
@@ -31,4 +34,5 @@ __all__ = [
     "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
     "Unfold", "Fold",
-]
+    "PixelShuffle", "PixelUnshuffle",
+] + list(_padding_all)

@@ -12,7 +12,13 @@ from ..._tensor import Tensor, _wrap
 from .dataset import IterableDataset, TensorDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
-__all__ = ["DataLoader", "default_collate", "default_convert"]
+__all__ = ["DataLoader", "default_collate", "default_convert", "get_worker_info"]
+
+
+def get_worker_info():
+    """``None``: loading runs in the main process (what PyTorch returns there too), so dataset code
+    that splits its work among loader workers takes its single-process branch."""
+    return None
 
 
 def _stack(tensors):
@@ -148,6 +154,9 @@ class DataLoader:
         return self.collate_fn([ds[i] for i in indices])
 
     def __iter__(self):
+        # PyTorch's iterator draws a base seed for its workers from the loader's generator at the
+        # start of every epoch; drawing it too keeps the shuffles equal to torch's for the same seeds
+        torch.empty((), dtype=torch.int64).random_(generator=self.generator)
         if self._iterable:
             return self._iter_stream()
         if self.batch_sampler is not None:

@@ -1,17 +1,25 @@
-"""Datasets: the map-style protocol (``__getitem__``/``__len__``) and a few compositions."""
+"""Datasets: the map-style protocol (``__getitem__``/``__len__``), streams (``IterableDataset``) and
+their compositions (``TensorDataset``, ``StackDataset``, ``Subset``, ``ConcatDataset``,
+``ChainDataset``, ``random_split``), as in ``torch.utils.data``; ``Dataset[T]`` is a generic."""
 from __future__ import annotations
 
 import bisect
 import math
+import warnings
+from typing import Generic, TypeVar
 
 import torch
 
 from ..._tensor import Tensor
 
-__all__ = ["Dataset", "IterableDataset", "TensorDataset", "Subset", "ConcatDataset", "random_split"]
+__all__ = ["Dataset", "IterableDataset", "TensorDataset", "StackDataset", "Subset", "ConcatDataset", "ChainDataset",
+           "random_split"]
 
 
-class Dataset:
+_T_co = TypeVar("_T_co", covariant=True)
+
+
+class Dataset(Generic[_T_co]):
     """A map-style dataset: ``dataset[i]`` is the i-th sample; subclasses define ``__getitem__``
     and ``__len__``.  ``a + b`` concatenates two datasets."""
 
@@ -51,6 +59,31 @@ class TensorDataset(Dataset):
 
     def __len__(self):
         return self.tensors[0].shape[0]
+
+
+class StackDataset(Dataset):
+    """Several datasets of one length side by side: sample ``i`` is the tuple (positional datasets)
+    or dict (keyword datasets) of their samples ``i``."""
+
+    def __init__(self, *args, **kwargs):
+        if args and kwargs:
+            raise ValueError("StackDataset: give datasets positionally (tuple samples) or by keyword (dict "
+                             "samples), not both")
+        if not args and not kwargs:
+            raise ValueError("StackDataset: at least one dataset should be passed")
+        self.datasets = args if args else kwargs
+        members = list(args) if args else list(kwargs.values())
+        self._length = len(members[0])
+        if any(len(d) != self._length for d in members):
+            raise ValueError(f"StackDataset: size mismatch between datasets: {[len(d) for d in members]}")
+
+    def __getitem__(self, index):
+        if isinstance(self.datasets, dict):
+            return {k: d[index] for k, d in self.datasets.items()}
+        return tuple(d[index] for d in self.datasets)
+
+    def __len__(self):
+        return self._length
 
 
 class Subset(Dataset):
@@ -100,16 +133,46 @@ class ConcatDataset(Dataset):
         return self.datasets[k][idx - start]
 
 
+class ChainDataset(IterableDataset):
+    """Several streams one after the other (``len`` is the sum of theirs)."""
+
+    def __init__(self, datasets):
+        self.datasets = datasets
+
+    def _members(self):
+        for d in self.datasets:
+            if not isinstance(d, IterableDataset):
+                raise TypeError(f"ChainDataset only supports IterableDataset, got {type(d).__name__}")
+            yield d
+
+    def __iter__(self):
+        for d in self._members():
+            yield from d
+
+    def __len__(self):
+        return sum(len(d) for d in self._members())
+
+
 def random_split(dataset, lengths, generator=None):
-    """Split into non-overlapping random subsets of the given lengths (or fractions summing to 1)."""
+    """Split into non-overlapping random subsets of the given lengths, or of fractions summing to 1
+    (``floor(n·f)`` each, the remainder handed out one by one from the first subset on).  The
+    permutation is ``randperm(n, generator=generator)`` (the global RNG by default), as in PyTorch."""
     n = len(dataset)
     lengths = list(lengths)
-    if lengths and all(0 <= x <= 1 for x in lengths) and math.isclose(sum(lengths), 1) and sum(lengths) <= 1 + 1e-9 \
-            and not all(isinstance(x, int) for x in lengths):
+    if math.isclose(sum(lengths), 1) and sum(lengths) <= 1:
+        if any(f < 0 or f > 1 for f in lengths):
+            raise ValueError(f"random_split: fractions must be in [0, 1], got {lengths}")
         sizes = [int(math.floor(n * f)) for f in lengths]
         for i in range(n - sum(sizes)):
             sizes[i % len(sizes)] += 1
+        for i, ln in enumerate(sizes):
+            if ln == 0:
+                warnings.warn(f"random_split: length of split at index {i} is 0; this might result in an empty "
+                              f"dataset", stacklevel=2)
         lengths = sizes
+    if any(not isinstance(ln, int) or ln < 0 for ln in lengths):
+        raise ValueError(f"random_split: lengths must be non-negative integers or fractions summing to 1, got "
+                         f"{lengths}")
     if sum(lengths) != n:
         raise ValueError(f"random_split: sum of input lengths ({sum(lengths)}) does not equal the length of the "
                          f"input dataset ({n})")

@@ -1,12 +1,28 @@
-"""Samplers: iterables of dataset indices (or, for ``BatchSampler``, of lists of indices)."""
+"""Samplers: iterables of dataset indices (or, for ``BatchSampler``, of lists of indices).
+
+Guarantees: every sampler is lazy — constructing one allocates nothing proportional to the number
+of samples, and draws happen during iteration: ``RandomSampler`` draws in chunks of 32 indices (with
+replacement) or one permutation at a time, so ``RandomSampler(ds, replacement=True,
+num_samples=10**10)`` is constructed at once and yields as it goes (``WeightedRandomSampler`` draws
+its ``num_samples`` indices in one call when iteration starts, as PyTorch does); the random draws are PyTorch's
+(same calls on the same generator, in the same order), so with the same seed the indices equal
+``torch.utils.data``'s.  ``Sampler[int]`` and the like are accepted as generic annotations.
+"""
 from __future__ import annotations
+
+from typing import Generic, TypeVar
 
 import torch
 
-__all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "BatchSampler"]
+__all__ = ["Sampler", "SequentialSampler", "RandomSampler", "SubsetRandomSampler", "WeightedRandomSampler",
+           "BatchSampler"]
+
+_T_co = TypeVar("_T_co", covariant=True)
+
+_CHUNK = 32   # indices drawn per call when sampling with replacement
 
 
-class Sampler:
+class Sampler(Generic[_T_co]):
     def __init__(self, data_source=None):
         pass
 
@@ -44,8 +60,11 @@ class RandomSampler(Sampler):
         self.replacement = replacement
         self._num_samples = num_samples
         self.generator = generator
-        if num_samples is not None and (not isinstance(num_samples, int) or num_samples <= 0):
-            raise ValueError(f"num_samples should be a positive integer value, but got num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise TypeError(f"RandomSampler: replacement should be a boolean value, but got replacement={replacement}")
+        n = self.num_samples
+        if not isinstance(n, int) or isinstance(n, bool) or n <= 0:
+            raise ValueError(f"RandomSampler: num_samples should be a positive integer value, but got num_samples={n}")
 
     @property
     def num_samples(self) -> int:
@@ -55,29 +74,61 @@ class RandomSampler(Sampler):
         n = len(self.data_source)
         g = _fresh_generator(self.generator)
         if self.replacement:
-            return iter(torch.randint(high=n, size=(self.num_samples,), dtype=torch.int64, generator=g).tolist())
-        idx = []
-        while len(idx) < self.num_samples:
-            idx.extend(torch.randperm(n, generator=g).tolist())
-        return iter(idx[:self.num_samples])
+            for _ in range(self.num_samples // _CHUNK):
+                yield from torch.randint(high=n, size=(_CHUNK,), dtype=torch.int64, generator=g).tolist()
+            yield from torch.randint(high=n, size=(self.num_samples % _CHUNK,), dtype=torch.int64,
+                                     generator=g).tolist()
+            return
+        for _ in range(self.num_samples // n):
+            yield from torch.randperm(n, generator=g).tolist()
+        yield from torch.randperm(n, generator=g).tolist()[:self.num_samples % n]
 
     def __len__(self):
         return self.num_samples
 
 
 class SubsetRandomSampler(Sampler):
-    """The given indices in a random order each epoch."""
+    """The given indices in a random order each epoch (drawn from ``generator``, else the global RNG)."""
 
     def __init__(self, indices, generator=None):
-        self.indices = list(indices)
+        self.indices = indices
         self.generator = generator
 
     def __iter__(self):
-        g = _fresh_generator(self.generator)
-        return iter([self.indices[i] for i in torch.randperm(len(self.indices), generator=g).tolist()])
+        for i in torch.randperm(len(self.indices), generator=self.generator).tolist():
+            yield self.indices[i]
 
     def __len__(self):
         return len(self.indices)
+
+
+class WeightedRandomSampler(Sampler):
+    """``num_samples`` indices in ``range(len(weights))``, index i with probability proportional to
+    ``weights[i]`` (with or without replacement)."""
+
+    def __init__(self, weights, num_samples: int, replacement: bool = True, generator=None):
+        if not isinstance(num_samples, int) or isinstance(num_samples, bool) or num_samples <= 0:
+            raise ValueError(f"WeightedRandomSampler: num_samples should be a positive integer value, but got "
+                             f"num_samples={num_samples}")
+        if not isinstance(replacement, bool):
+            raise ValueError(f"WeightedRandomSampler: replacement should be a boolean value, but got "
+                             f"replacement={replacement}")
+        w = weights._data if hasattr(weights, "_data") else weights
+        w = torch.as_tensor(w, dtype=torch.double)
+        if w.dim() != 1:
+            raise ValueError(f"WeightedRandomSampler: weights should be a 1d sequence but given weights have shape "
+                             f"{tuple(w.shape)}")
+        if not replacement and num_samples > w.numel():
+            raise ValueError(f"WeightedRandomSampler: cannot draw {num_samples} samples without replacement from "
+                             f"{w.numel()} weights")
+        self.weights, self.num_samples, self.replacement, self.generator = w, num_samples, replacement, generator
+
+    def __iter__(self):
+        yield from torch.multinomial(self.weights, self.num_samples, self.replacement,
+                                     generator=self.generator).tolist()
+
+    def __len__(self):
+        return self.num_samples
 
 
 class BatchSampler(Sampler):

@@ -361,4 +361,4 @@ def logsumexp_of(x, dim, keepdim):
         mv = mlo(mi)
         safe = ops.where(ops.isinf(mv), ops.constant(0.0, x.dtype), mv)
         return ops.add(ops.log(sl(i)), safe)
-    return TensorBox(Pointwise(out.dtype, x.device, tuple(out.shape), fin))
+    return TensorBox(Pointwise(x.dtype, x.device, s.get_size(), fin))

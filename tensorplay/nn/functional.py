@@ -29,6 +29,7 @@ import torch
 
 from .._tensor import Tensor
 from ..ops.registry import OPS
+from ._fhelpers import _check_reduction, _check_tensor, _legacy_reduction, _op
 
 __all__ = [
     # activations
@@ -50,23 +51,11 @@ __all__ = [
 ]
 
 
-def _op(name):
-    try:
-        return OPS[name].fn
-    except KeyError:
-        raise NotImplementedError(f"tp.nn.functional: the op {name!r} is not in the op table") from None
-
-
 def _inplace(name, input, *args, **kwargs):
     """``name_`` if the table has it, else compute out of place and copy back."""
     if name + "_" in OPS:
         return OPS[name + "_"].fn(input, *args, **kwargs)
     return input.copy_(_op(name)(input, *args, **kwargs))
-
-
-def _check_tensor(x, fn, arg="input"):
-    if not isinstance(x, Tensor):
-        raise TypeError(f"tp.{fn}: argument '{arg}' must be a tp.Tensor, got {type(x).__name__}")
 
 
 # =================================================================================================
@@ -538,22 +527,6 @@ def pad(input, pad, mode="constant", value=None):
 # =================================================================================================
 # losses
 # =================================================================================================
-def _legacy_reduction(size_average, reduce, reduction):
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    ret = ("mean" if size_average else "sum") if reduce else "none"
-    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
-                  stacklevel=3)
-    return ret
-
-
-def _check_reduction(reduction, fn, extra=()):
-    if reduction not in ("none", "mean", "sum") + tuple(extra):
-        raise ValueError(f"tp.{fn}: {reduction!r} is not a valid value for reduction")
-
-
 def _warn_size(input, target, fn):
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}). "
@@ -657,3 +630,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         from ..ops.nn_ops import sdpa_composite
         return sdpa_composite(query, key, value, attn_mask, float(dropout_p), is_causal, scale, enable_gqa)
     return _op("scaled_dot_product_attention")(query, key, value, attn_mask, is_causal, scale, enable_gqa)
+
+
+from .functional_extra import *  # noqa: F401,F403,E402  (the rest of the API)
+from .functional_extra import __all__ as _extra_all  # noqa: E402
+__all__ += _extra_all

@@ -2,7 +2,8 @@
 from .module import Module, RemovableHandle
 from .linear import Identity, Linear, Bilinear, LazyLinear, Flatten, Unflatten
 from .activation import (ReLU, ReLU6, LeakyReLU, ELU, GELU, SiLU, Mish, Tanh, Sigmoid, Softplus, Softmax, LogSoftmax,
-                         Hardtanh, PReLU, Softsign, Tanhshrink)
+                         Hardtanh, PReLU, Softsign, Tanhshrink, SELU, CELU, Threshold, Hardshrink, Softshrink, GLU,
+                         RReLU, LogSigmoid, Softmin, Hardswish, Hardsigmoid, Softmax2d)
 from .normalization import LayerNorm, RMSNorm, GroupNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
@@ -17,7 +18,8 @@ from .transformer import MultiheadAttention, TransformerEncoderLayer, Transforme
 __all__ = [
     "Module", "RemovableHandle", "Identity", "Linear", "Bilinear", "LazyLinear", "Flatten", "Unflatten",
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid", "Softplus", "Softmax", "LogSoftmax",
-    "Hardtanh", "PReLU", "Softsign", "Tanhshrink",
+    "Hardtanh", "PReLU", "Softsign", "Tanhshrink", "SELU", "CELU", "Threshold", "Hardshrink", "Softshrink", "GLU",
+    "RReLU", "LogSigmoid", "Softmin", "Hardswish", "Hardsigmoid", "Softmax2d",
     "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
     "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",

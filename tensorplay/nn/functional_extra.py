@@ -127,14 +127,14 @@ def margin_ranking_loss(input1, input2, target, margin=0.0, size_average=None, r
     if not input1.dim() == input2.dim() == target.dim():
         raise RuntimeError(f"tp.margin_ranking_loss: all input tensors should have the same number of dims, got "
                            f"{list(input1.shape)}, {list(input2.shape)}, {list(target.shape)}")
-    return _reduce((-target * (input1 - input2) + margin).clamp_min(0), reduction)
+    return _reduce((-target * (input1 - input2) + margin).clamp(min=0), reduction)
 
 
 def hinge_embedding_loss(input, target, margin=1.0, size_average=None, reduce=None, reduction="mean"):
     """x where target == 1, max(0, margin - x) where target == -1, reduced."""
     reduction = _reduction(size_average, reduce, reduction, "hinge_embedding_loss")
     where = _op("where")
-    margin_part = where(target != 1, (margin - input).clamp_min(0), 0.0)
+    margin_part = where(target != 1, (margin - input).clamp(min=0), 0.0)
     self_part = where(target != -1, input, 0.0)
     return _reduce(margin_part + self_part, reduction)
 
@@ -173,7 +173,7 @@ def multi_margin_loss(input, target, p=1, margin=1.0, weight=None, size_average=
     if n and (bool((t < 0).any()) or bool((t >= c).any())):
         raise IndexError(f"tp.multi_margin_loss: target out of range [0, {c}) for input {list(input.shape)}")
     ti = t.unsqueeze(1)
-    z = (margin - x.gather(1, ti) + x).clamp_min(0)
+    z = (margin - x.gather(1, ti) + x).clamp(min=0)
     if p == 2:
         z = z * z
     if weight is not None:
@@ -201,7 +201,7 @@ def multilabel_margin_loss(input, target, size_average=None, reduce=None, reduct
     hit = (_op("one_hot")(safe, c) != 0) & valid.unsqueeze(2)              # (N, J, C)
     is_target = hit.any(1)                                                # (N, C)
     xt = x.gather(1, safe)                                                # (N, J)
-    z = (1 - xt.unsqueeze(2) + x.unsqueeze(1)).clamp_min(0)               # (N, J, K)
+    z = (1 - xt.unsqueeze(2) + x.unsqueeze(1)).clamp(min=0)               # (N, J, K)
     keep = valid.unsqueeze(2) & (~is_target).unsqueeze(1)
     loss = _op("where")(keep, z, 0.0).sum([1, 2]) / c
     if unbatched:
@@ -234,7 +234,7 @@ def cosine_embedding_loss(input1, input2, target, margin=0.0, size_average=None,
     m2 = (input2 * input2).sum(d) + eps
     cos = prod / (m1 * m2).sqrt()
     where = _op("where")
-    loss = where(target == 1, 1 - cos, 0.0) + where(target == -1, (cos - margin).clamp_min(0), 0.0)
+    loss = where(target == 1, 1 - cos, 0.0) + where(target == -1, (cos - margin).clamp(min=0), 0.0)
     return _reduce(loss, reduction)
 
 
@@ -249,7 +249,7 @@ def _triplet(dist, anchor, positive, negative, margin, swap, reduction):
     d_neg = dist(anchor, negative)
     if swap:
         d_neg = _op("minimum")(d_neg, dist(positive, negative))
-    return _reduce((margin + d_pos - d_neg).clamp_min(0), reduction)
+    return _reduce((margin + d_pos - d_neg).clamp(min=0), reduction)
 
 
 def triplet_margin_loss(anchor, positive, negative, margin=1.0, p=2, eps=1e-6, swap=False, size_average=None,
@@ -299,7 +299,7 @@ def gaussian_nll_loss(input, target, var, full=False, eps=1e-6, reduction="mean"
             raise ValueError(f"tp.gaussian_nll_loss: var is of incorrect size {list(var.shape)} for input "
                              f"{list(input.shape)}")
     _check_reduction(reduction, "gaussian_nll_loss")
-    var = var + (var.clamp_min(eps) - var).detach()
+    var = var + (var.clamp(min=eps) - var).detach()
     loss = 0.5 * (var.log() + (input - target) ** 2 / var)
     if full:
         loss = loss + 0.5 * math.log(2 * math.pi)
@@ -332,6 +332,6 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
         nll = nll.reshape([])
     if reduction == "mean":
         from .. import tensor
-        lens = tensor(tl, dtype=nll.dtype).clamp_min(1)
+        lens = tensor(tl, dtype=nll.dtype).clamp(min=1)
         return (nll / (lens.reshape([]) if unbatched else lens)).mean()
     return _reduce(nll, reduction)

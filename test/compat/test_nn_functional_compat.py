@@ -96,6 +96,7 @@ def test_modules_match_torch(name, args, kw):
     assert m.state_dict().keys() == tm.state_dict().keys()
 
 
+@pytest.mark.slow
 def test_compiled_activations():
     def f(x):
         return F.selu(x) + F.softshrink(x, 0.2) * F.celu(x) + F.glu(x, -1).sum()

@@ -12,7 +12,10 @@ from .pooling import (MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPoo
 from .container import Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict
 from .sparse import Embedding
 from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, SmoothL1Loss, HuberLoss,
-                   KLDivLoss)
+                   KLDivLoss, MarginRankingLoss, HingeEmbeddingLoss, CosineEmbeddingLoss, SoftMarginLoss,
+                   MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, TripletMarginLoss,
+                   TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss, CTCLoss, PairwiseDistance,
+                   CosineSimilarity)
 from .transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
 
 __all__ = [
@@ -27,6 +30,9 @@ __all__ = [
     "Upsample", "Sequential", "ModuleList", "ModuleDict", "ParameterList", "ParameterDict",
     "Embedding",
     "L1Loss", "MSELoss", "CrossEntropyLoss", "NLLLoss", "BCELoss", "BCEWithLogitsLoss", "SmoothL1Loss", "HuberLoss",
-    "KLDivLoss",
+    "KLDivLoss", "MarginRankingLoss", "HingeEmbeddingLoss", "CosineEmbeddingLoss", "SoftMarginLoss",
+    "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "TripletMarginLoss",
+    "TripletMarginWithDistanceLoss", "PoissonNLLLoss", "GaussianNLLLoss", "CTCLoss", "PairwiseDistance",
+    "CosineSimilarity",
     "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
 ]

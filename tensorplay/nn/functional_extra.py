@@ -2,7 +2,9 @@
 hardshrink, softshrink, glu, rrelu; the distances pairwise_distance; the margin, embedding and
 likelihood losses (margin_ranking, hinge_embedding, soft_margin, multi_margin, multilabel_margin,
 multilabel_soft_margin, cosine_embedding, triplet_margin, triplet_margin_with_distance,
-poisson_nll, gaussian_nll) and ctc_loss.  Signatures and defaults are PyTorch's.
+poisson_nll, gaussian_nll) and ctc_loss; interpolate (every mode of PyTorch: nearest, nearest-exact,
+linear, bilinear, bicubic, trilinear, area; antialias) and instance_norm (with running statistics).
+Signatures and defaults are PyTorch's.
 
 Guarantees:
 
@@ -13,7 +15,11 @@ Guarantees:
   the table's formulas and they trace into compiled graphs); values agree with PyTorch to rounding,
   usually bit for bit; ctc_loss is the extern table op ``_ctc_loss`` (ATen's forward and backward);
 * ``reduction`` is ``'none' | 'mean' | 'sum'`` (legacy ``size_average``/``reduce`` translated);
-  bad arguments raise the exception class PyTorch raises, with a message naming ``tp.<function>``.
+  bad arguments raise the exception class PyTorch raises, with a message naming ``tp.<function>``;
+* interpolate is one resampling op of the table (ATen's kernel, bit-identical; mode 'area' is
+  adaptive average pooling, as in PyTorch); instance_norm is batch_norm over the (1, N*C, ...) view,
+  as ATen computes it, and updates the running statistics in place with the mean over the batch of
+  the per-sample updates (PyTorch's rule).
 """
 from __future__ import annotations
 
@@ -21,6 +27,7 @@ import math
 
 import torch
 
+from ..autograd.grad_mode import no_grad
 from ._fhelpers import _check_reduction, _check_tensor, _legacy_reduction, _op
 
 __all__ = [
@@ -28,6 +35,7 @@ __all__ = [
     "pairwise_distance", "margin_ranking_loss", "hinge_embedding_loss", "soft_margin_loss", "multi_margin_loss",
     "multilabel_margin_loss", "multilabel_soft_margin_loss", "cosine_embedding_loss", "triplet_margin_loss",
     "triplet_margin_with_distance_loss", "poisson_nll_loss", "gaussian_nll_loss", "ctc_loss",
+    "interpolate", "upsample_nearest", "upsample_bilinear", "adaptive_avg_pool3d", "instance_norm",
 ]
 
 
@@ -335,3 +343,128 @@ def ctc_loss(log_probs, targets, input_lengths, target_lengths, blank=0, reducti
         lens = tensor(tl, dtype=nll.dtype).clamp(min=1)
         return (nll / (lens.reshape([]) if unbatched else lens)).mean()
     return _reduce(nll, reduction)
+
+
+# =================================================================================================
+# resampling
+# =================================================================================================
+_INTERP = {("nearest", 1): "upsample_nearest1d", ("nearest", 2): "upsample_nearest2d",
+           ("nearest", 3): "upsample_nearest3d", ("nearest-exact", 1): "_upsample_nearest_exact1d",
+           ("nearest-exact", 2): "_upsample_nearest_exact2d", ("nearest-exact", 3): "_upsample_nearest_exact3d",
+           ("linear", 1): "upsample_linear1d", ("bilinear", 2): "upsample_bilinear2d",
+           ("bicubic", 2): "upsample_bicubic2d", ("trilinear", 3): "upsample_trilinear3d"}
+_ALIGNED = ("linear", "bilinear", "bicubic", "trilinear")
+_MODES = ("nearest", "nearest-exact", "linear", "bilinear", "bicubic", "trilinear", "area")
+
+
+def _interp_size(input, size, scale_factor, recompute_scale_factor, nd):
+    """(output size, scales passed to the kernel or None)."""
+    if (size is None) == (scale_factor is None):
+        raise ValueError("tp.interpolate: exactly one of size or scale_factor must be given")
+    if size is not None:
+        out = list(size) if isinstance(size, (list, tuple)) else [size] * nd
+        if len(out) != nd:
+            raise ValueError(f"tp.interpolate: size {size} must have {nd} elements for input shape "
+                             f"{list(input.shape)}")
+        if recompute_scale_factor:
+            raise ValueError("tp.interpolate: recompute_scale_factor is not meaningful with an explicit size")
+        return [int(o) for o in out], None
+    sf = list(scale_factor) if isinstance(scale_factor, (list, tuple)) else [scale_factor] * nd
+    if len(sf) != nd:
+        raise ValueError(f"tp.interpolate: scale_factor {scale_factor} must have {nd} elements for input "
+                         f"shape {list(input.shape)}")
+    out = [int(math.floor(float(s * f))) for s, f in zip(input.shape[2:], sf)]
+    return out, (None if recompute_scale_factor else [float(f) for f in sf])
+
+
+def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
+                recompute_scale_factor=None, antialias=False):
+    """Resample the spatial dims (all but N, C) to ``size`` or by ``scale_factor``."""
+    _check_tensor(input, "interpolate")
+    nd = input.dim() - 2
+    if mode not in _MODES:
+        raise NotImplementedError(f"tp.interpolate: mode {mode!r} is not supported (one of {', '.join(_MODES)})")
+    if nd < 1 or nd > 3:
+        raise NotImplementedError(f"tp.interpolate: only 3-d, 4-d and 5-d inputs are supported, got shape "
+                                  f"{list(input.shape)} (mode {mode!r})")
+    if mode not in _ALIGNED and align_corners is not None:
+        raise ValueError("align_corners option can only be set with the interpolating modes: "
+                         "linear | bilinear | bicubic | trilinear")
+    if antialias and not (mode in ("bilinear", "bicubic") and nd == 2):
+        raise ValueError("tp.interpolate: antialias is restricted to the bilinear and bicubic modes and needs a "
+                         "4-d input")
+    if mode != "area" and (mode, nd) not in _INTERP:
+        need = {"linear": 3, "bilinear": 4, "bicubic": 4, "trilinear": 5}[mode]
+        raise NotImplementedError(f"tp.interpolate: mode {mode!r} needs a {need}-d input, got shape "
+                                  f"{list(input.shape)}")
+    out, scales = _interp_size(input, size, scale_factor, recompute_scale_factor, nd)
+    if any(o <= 0 for o in out):
+        raise ValueError(f"tp.interpolate: output size {out} must be positive (input {list(input.shape)})")
+    if mode == "area":
+        return _adaptive_avg(input, out)
+    name = _INTERP[(mode, nd)]
+    if antialias:
+        name = f"_{name}_aa"
+    scale_args = scales if scales is not None else [None] * nd
+    if mode in _ALIGNED:
+        return _op(name)(input, out, bool(align_corners), *scale_args)
+    return _op(name)(input, out, *scale_args)
+
+
+def _adaptive_avg(input, out):
+    if len(out) == 1:
+        return _op("adaptive_avg_pool2d")(input.unsqueeze(-2), [1, out[0]]).squeeze(-2)
+    return _op("adaptive_avg_pool2d" if len(out) == 2 else "adaptive_avg_pool3d")(input, out)
+
+
+def adaptive_avg_pool3d(input, output_size):
+    sizes = list(output_size) if isinstance(output_size, (list, tuple)) else [output_size] * 3
+    if len(sizes) != 3:
+        raise ValueError(f"tp.adaptive_avg_pool3d: output_size must have 3 elements, got {output_size}")
+    sizes = [input.shape[input.dim() - 3 + i] if s is None else s for i, s in enumerate(sizes)]
+    return _op("adaptive_avg_pool3d")(input, sizes)
+
+
+def upsample_nearest(input, size=None, scale_factor=None):
+    import warnings
+    warnings.warn("nn.functional.upsample_nearest is deprecated. Use nn.functional.interpolate instead.",
+                  stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="nearest")
+
+
+def upsample_bilinear(input, size=None, scale_factor=None):
+    import warnings
+    warnings.warn("nn.functional.upsample_bilinear is deprecated. Use nn.functional.interpolate instead.",
+                  stacklevel=2)
+    return interpolate(input, size, scale_factor, mode="bilinear", align_corners=True)
+
+
+# =================================================================================================
+# instance norm
+# =================================================================================================
+def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
+                  momentum=0.1, eps=1e-5):
+    """Normalize each (sample, channel) plane over its spatial dims; with running statistics, eval
+    mode (``use_input_stats=False``) uses them, and training updates them in place."""
+    _check_tensor(input, "instance_norm")
+    if input.dim() < 2:
+        raise ValueError(f"tp.instance_norm: expected an input of at least 2 dims (N, C, ...), got "
+                         f"{list(input.shape)}")
+    n, c = input.shape[0], input.shape[1]
+    spatial = list(input.shape[2:])
+    if use_input_stats and math.prod(spatial) == 1:
+        raise ValueError(f"tp.instance_norm: expected more than 1 spatial element when training, got input size "
+                         f"{list(input.shape)}")
+    if not use_input_stats and (running_mean is None or running_var is None):
+        raise ValueError("tp.instance_norm: running_mean and running_var are required when use_input_stats=False")
+
+    def rep(t):
+        return None if t is None else t.repeat([n])
+    rm, rv = rep(running_mean), rep(running_var)
+    out = _op("batch_norm")(input.reshape([1, n * c] + spatial), rep(weight), rep(bias), rm, rv,
+                            bool(use_input_stats), float(momentum), float(eps))
+    if use_input_stats and running_mean is not None:
+        with no_grad():
+            running_mean.copy_(rm.reshape([n, c]).mean(0))
+            running_var.copy_(rv.reshape([n, c]).mean(0))
+    return out.reshape(list(input.shape))

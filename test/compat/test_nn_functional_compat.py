@@ -121,3 +121,122 @@ def test_bad_input():
         F.rrelu(tp.randn(3), 0.5, 0.1)
     with pytest.raises(TypeError, match="tp.glu"):
         F.glu(torch.randn(4))
+
+
+# ---- interpolate -----------------------------------------------------------------------------------
+INTERP = [
+    ("nearest", (1, 2, 3, 4, 5), dict(scale_factor=1.6)),
+    ("nearest-exact", (2, 3, 5), dict(size=8)),
+    ("nearest-exact", (1, 2, 5, 4), dict(scale_factor=(0.6, 1.7))),
+    ("nearest-exact", (1, 2, 3, 4, 2), dict(size=(2, 5, 3))),
+    ("bicubic", (2, 2, 4, 5), dict(size=(7, 3))),
+    ("bicubic", (2, 2, 4, 5), dict(scale_factor=1.5, align_corners=True)),
+    ("trilinear", (1, 2, 3, 4, 2), dict(scale_factor=1.5)),
+    ("trilinear", (1, 2, 3, 4, 2), dict(size=(2, 5, 3), align_corners=True)),
+    ("area", (2, 3, 7), dict(size=3)),
+    ("area", (2, 3, 7, 5), dict(scale_factor=0.5)),
+    ("area", (1, 2, 4, 6, 5), dict(size=(2, 3, 2))),
+    ("bilinear", (1, 2, 9, 8), dict(size=(4, 3), antialias=True)),
+    ("bicubic", (1, 2, 9, 8), dict(scale_factor=0.4, antialias=True, align_corners=True)),
+    ("bilinear", (2, 2, 5, 5), dict(scale_factor=1.7, recompute_scale_factor=True)),
+    ("trilinear", (1, 1, 3, 3, 3), dict(scale_factor=2.3, recompute_scale_factor=False)),
+]
+
+
+@pytest.mark.parametrize("mode,shape,kw", INTERP, ids=[f"{m}-{len(s)}d-{sorted(k)}" for m, s, k in INTERP])
+def test_interpolate_modes(mode, shape, kw):
+    x = torch.randn(shape)
+    check_op(lambda a: F.interpolate(a, mode=mode, **kw), lambda a: TF.interpolate(a, mode=mode, **kw), x,
+             gradcheck=False)
+    small = torch.randn((1, 1) + tuple(min(s, 3) for s in shape[2:]), dtype=torch.float64)
+    kw_small = dict(kw, size=tuple(2 for _ in shape[2:])) if "size" in kw else kw
+    check_op(lambda a: F.interpolate(a, mode=mode, **kw_small), lambda a: TF.interpolate(a, mode=mode, **kw_small),
+             small, gradcheck=True)
+
+
+def test_interpolate_noncontiguous_and_double_backward():
+    x = torch.randn(2, 5, 4, 3).transpose(1, 3)
+    check_op(lambda a: F.interpolate(a, size=(6, 7), mode="bicubic"),
+             lambda a: TF.interpolate(a, size=(6, 7), mode="bicubic"), x, gradcheck=False)
+    s = tp.from_torch(torch.randn(1, 1, 2, 3, 2, dtype=torch.float64)).requires_grad_()
+    assert tp.autograd.gradgradcheck(lambda a: F.interpolate(a, scale_factor=2, mode="trilinear") ** 2, (s,))
+
+
+def test_interpolate_errors():
+    with pytest.raises(NotImplementedError, match="tp.interpolate.*'trilinear'"):
+        F.interpolate(tp.randn(1, 1, 4, 4), size=3, mode="trilinear")
+    with pytest.raises(NotImplementedError, match="tp.interpolate.*'cubic'"):
+        F.interpolate(tp.randn(1, 1, 4, 4), size=3, mode="cubic")
+    with pytest.raises(ValueError, match="tp.interpolate.*antialias"):
+        F.interpolate(tp.randn(1, 1, 4, 4), size=3, mode="nearest", antialias=True)
+    with pytest.raises(ValueError, match="tp.interpolate.*recompute_scale_factor"):
+        F.interpolate(tp.randn(1, 1, 4, 4), size=3, recompute_scale_factor=True)
+    with pytest.raises(ValueError, match="align_corners"):
+        F.interpolate(tp.randn(1, 1, 4), size=3, mode="area", align_corners=False)
+
+
+@pytest.mark.parametrize("cls,kw", [("Upsample", dict(scale_factor=2, mode="bicubic", align_corners=False)),
+                                    ("Upsample", dict(size=(3, 7), mode="nearest-exact")),
+                                    ("Upsample", dict(scale_factor=0.5, mode="area")),
+                                    ("UpsamplingNearest2d", dict(scale_factor=3)),
+                                    ("UpsamplingBilinear2d", dict(size=(7, 5)))])
+def test_upsample_modules(cls, kw):
+    x = torch.randn(2, 3, 4, 6)
+    m, tm = getattr(tp.nn, cls)(**kw), getattr(torch.nn, cls)(**kw)
+    assert repr(m) == repr(tm)
+    assert_close(m(to_tp(x)), tm(x))
+
+
+# ---- instance norm ---------------------------------------------------------------------------------
+@pytest.mark.parametrize("shape", [(2, 3, 5), (3, 2, 4, 3), (2, 2, 3, 2, 3)])
+def test_instance_norm_functional(shape):
+    x = torch.randn(shape)
+    c = shape[1]
+    w, b = torch.randn(c), torch.randn(c)
+    check_op(lambda a, w, b: F.instance_norm(a, weight=w, bias=b), lambda a, w, b: TF.instance_norm(a, weight=w, bias=b),
+             x, w, b, exact=False, rtol=1e-5, atol=1e-6, gradcheck=False)
+    xd = torch.randn((2, 2) + tuple(shape[2:]), dtype=torch.float64)
+    check_op(lambda a: F.instance_norm(a), lambda a: TF.instance_norm(a), xd, exact=False, gradcheck=True)
+    rm, rv = torch.randn(c), torch.rand(c) + 0.5
+    trm, trv, prm, prv = rm.clone(), rv.clone(), to_tp(rm), to_tp(rv)
+    out = F.instance_norm(to_tp(x), prm, prv, momentum=0.3)
+    ref = TF.instance_norm(x, trm, trv, momentum=0.3)
+    assert_close(out, ref, exact=False, rtol=1e-5, atol=1e-6)
+    assert_close(prm, trm, exact=False, rtol=1e-6, atol=1e-7)
+    assert_close(prv, trv, exact=False, rtol=1e-6, atol=1e-7)
+    check_op(lambda a: F.instance_norm(a, prm, prv, use_input_stats=False),       # eval with the running stats
+             lambda a: TF.instance_norm(a, trm, trv, use_input_stats=False), x, exact=False, rtol=1e-5, atol=1e-6,
+             gradcheck=False)
+
+
+@pytest.mark.parametrize("cls,shape", [("InstanceNorm1d", (2, 4, 6)), ("InstanceNorm2d", (2, 4, 3, 5)),
+                                       ("InstanceNorm3d", (2, 4, 3, 2, 3)), ("InstanceNorm2d", (4, 3, 5))])
+@pytest.mark.parametrize("affine,track", [(False, False), (True, True), (False, True)])
+def test_instance_norm_modules(cls, shape, affine, track):
+    m, tm = getattr(tp.nn, cls)(4, affine=affine, track_running_stats=track, momentum=0.2), \
+        getattr(torch.nn, cls)(4, affine=affine, track_running_stats=track, momentum=0.2)
+    assert repr(m) == repr(tm)
+    assert m.state_dict().keys() == tm.state_dict().keys()
+    if affine:
+        with torch.no_grad():
+            tm.weight.copy_(torch.randn(4))
+            tm.bias.copy_(torch.randn(4))
+    m.load_state_dict({k: to_tp(v) for k, v in tm.state_dict().items()})
+    for _ in range(2):
+        x = torch.randn(shape)
+        assert_close(m(to_tp(x)), tm(x), exact=False, rtol=1e-5, atol=1e-5)
+    for k, v in tm.state_dict().items():
+        assert_close(m.state_dict()[k], v, exact=False, rtol=1e-6, atol=1e-6)
+    m.eval()
+    tm.eval()
+    x = torch.randn(shape)
+    assert_close(m(to_tp(x)), tm(x), exact=False, rtol=1e-5, atol=1e-5)
+
+
+def test_instance_norm_errors():
+    with pytest.raises(ValueError, match="tp.instance_norm"):
+        F.instance_norm(tp.randn(2, 3, 1))
+    with pytest.raises(ValueError, match="InstanceNorm2d"):
+        tp.nn.InstanceNorm2d(3)(tp.randn(2, 3))
+    with pytest.raises(ValueError, match="InstanceNorm1d"):
+        tp.nn.InstanceNorm1d(3, affine=True)(tp.randn(2, 4, 5))

@@ -4,11 +4,12 @@ from .linear import Identity, Linear, Bilinear, LazyLinear, Flatten, Unflatten
 from .activation import (ReLU, ReLU6, LeakyReLU, ELU, GELU, SiLU, Mish, Tanh, Sigmoid, Softplus, Softmax, LogSoftmax,
                          Hardtanh, PReLU, Softsign, Tanhshrink, SELU, CELU, Threshold, Hardshrink, Softshrink, GLU,
                          RReLU, LogSigmoid, Softmin, Hardswish, Hardsigmoid, Softmax2d)
-from .normalization import LayerNorm, RMSNorm, GroupNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d
+from .normalization import (LayerNorm, RMSNorm, GroupNorm, BatchNorm1d, BatchNorm2d, BatchNorm3d, InstanceNorm1d,
+                            InstanceNorm2d, InstanceNorm3d)
 from .dropout import Dropout, Dropout1d, Dropout2d, Dropout3d
 from .conv import Conv1d, Conv2d, Conv3d, ConvTranspose1d, ConvTranspose2d
 from .pooling import (MaxPool1d, MaxPool2d, AvgPool1d, AvgPool2d, AdaptiveAvgPool1d, AdaptiveAvgPool2d,
-                      AdaptiveMaxPool2d, Upsample)
+                      AdaptiveMaxPool2d, Upsample, UpsamplingNearest2d, UpsamplingBilinear2d)
 from .container import Sequential, ModuleList, ModuleDict, ParameterList, ParameterDict
 from .sparse import Embedding
 from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithLogitsLoss, SmoothL1Loss, HuberLoss,
@@ -23,7 +24,8 @@ __all__ = [
     "ReLU", "ReLU6", "LeakyReLU", "ELU", "GELU", "SiLU", "Mish", "Tanh", "Sigmoid", "Softplus", "Softmax", "LogSoftmax",
     "Hardtanh", "PReLU", "Softsign", "Tanhshrink", "SELU", "CELU", "Threshold", "Hardshrink", "Softshrink", "GLU",
     "RReLU", "LogSigmoid", "Softmin", "Hardswish", "Hardsigmoid", "Softmax2d",
-    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d",
+    "LayerNorm", "RMSNorm", "GroupNorm", "BatchNorm1d", "BatchNorm2d", "BatchNorm3d", "InstanceNorm1d", "InstanceNorm2d",
+    "InstanceNorm3d", "UpsamplingNearest2d", "UpsamplingBilinear2d",
     "Dropout", "Dropout1d", "Dropout2d", "Dropout3d",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose1d", "ConvTranspose2d",
     "MaxPool1d", "MaxPool2d", "AvgPool1d", "AvgPool2d", "AdaptiveAvgPool1d", "AdaptiveAvgPool2d", "AdaptiveMaxPool2d",

@@ -224,3 +224,19 @@ def test_compiled():
     ref = (torch.linalg.inv(a) @ x).sum() + torch.linalg.det(a) + torch.linalg.svdvals(a).sum() + \
         torch.linalg.vector_norm(x, 3)
     assert_close(got, ref, exact=False, rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.slow
+def test_compiled_training():
+    def f(a, b):
+        return (tp.linalg.solve(a, b) ** 2).sum() + tp.linalg.slogdet(a)[1] + tp.linalg.svdvals(a).sum()
+    a0, b0 = well(3, 3).float(), rn(3, 2).float()
+    cf = tp.compile(f)
+    for _ in range(2):      # the first call is the capture run
+        a, b = to_tp(a0, requires_grad=True), to_tp(b0, requires_grad=True)
+        cf(a, b).backward()
+    ta, tb = a0.clone().requires_grad_(), b0.clone().requires_grad_()
+    f_t = (torch.linalg.solve(ta, tb) ** 2).sum() + torch.linalg.slogdet(ta)[1] + torch.linalg.svdvals(ta).sum()
+    f_t.backward()
+    assert_close(a.grad, ta.grad, exact=False, rtol=1e-4, atol=1e-5)
+    assert_close(b.grad, tb.grad, exact=False, rtol=1e-4, atol=1e-5)

@@ -19,7 +19,8 @@ Guarantees:
 * interpolate is one resampling op of the table (ATen's kernel, bit-identical; mode 'area' is
   adaptive average pooling, as in PyTorch); instance_norm is batch_norm over the (1, N*C, ...) view,
   as ATen computes it, and updates the running statistics in place with the mean over the batch of
-  the per-sample updates (PyTorch's rule).
+  the per-sample updates (PyTorch's rule, written in tp ops so that a compiled module updates them
+  too; equal to PyTorch's to rounding).
 """
 from __future__ import annotations
 
@@ -460,11 +461,16 @@ def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=
 
     def rep(t):
         return None if t is None else t.repeat([n])
-    rm, rv = rep(running_mean), rep(running_var)
-    out = _op("batch_norm")(input.reshape([1, n * c] + spatial), rep(weight), rep(bias), rm, rv,
-                            bool(use_input_stats), float(momentum), float(eps))
+    x = input.reshape([1, n * c] + spatial)
+    if use_input_stats:   # batch statistics; the running ones are updated below, in tp ops (compiled too)
+        out = _op("batch_norm")(x, rep(weight), rep(bias), None, None, True, float(momentum), float(eps))
+    else:
+        out = _op("batch_norm")(x, rep(weight), rep(bias), rep(running_mean), rep(running_var), False,
+                                float(momentum), float(eps))
     if use_input_stats and running_mean is not None:
         with no_grad():
-            running_mean.copy_(rm.reshape([n, c]).mean(0))
-            running_var.copy_(rv.reshape([n, c]).mean(0))
+            dims = list(range(2, input.dim()))
+            v, m = _op("var_mean")(input, dims, True)
+            running_mean.copy_((1 - momentum) * running_mean + momentum * m.mean(0))
+            running_var.copy_((1 - momentum) * running_var + momentum * v.mean(0))
     return out.reshape(list(input.shape))

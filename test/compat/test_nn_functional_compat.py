@@ -240,3 +240,19 @@ def test_instance_norm_errors():
         tp.nn.InstanceNorm2d(3)(tp.randn(2, 3))
     with pytest.raises(ValueError, match="InstanceNorm1d"):
         tp.nn.InstanceNorm1d(3, affine=True)(tp.randn(2, 4, 5))
+
+
+@pytest.mark.slow
+def test_compiled_instance_norm_updates_running_stats():
+    m = tp.nn.InstanceNorm2d(2, affine=True, track_running_stats=True)
+    tm = torch.nn.InstanceNorm2d(2, affine=True, track_running_stats=True)
+    cm = tp.compile(m)
+    for _ in range(3):
+        x = torch.randn(3, 2, 4, 4)
+        assert_close(cm(to_tp(x)), tm(x), exact=False, rtol=1e-5, atol=1e-5)
+        assert_close(m.running_mean, tm.running_mean, exact=False, rtol=1e-6, atol=1e-6)
+        assert_close(m.running_var, tm.running_var, exact=False, rtol=1e-6, atol=1e-6)
+    cf = tp.compile(lambda a: F.interpolate(a * 2, scale_factor=1.5, mode="bicubic"))
+    cf(to_tp(torch.randn(1, 2, 8, 8)))      # the capture run
+    y = torch.randn(1, 2, 8, 8)
+    assert_close(cf(to_tp(y)), TF.interpolate(y * 2, scale_factor=1.5, mode="bicubic"))

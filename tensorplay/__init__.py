@@ -69,6 +69,10 @@ __version__ = "0.1.0"
 # nn / optim / data / checkpoints (imported last: they build on everything above)
 from . import nn, optim, profiler, utils  # noqa: E402
 from .serialization import load, save  # noqa: E402
+from . import fft, linalg  # noqa: E402
+for _name, _fn in linalg.LEGACY.items():   # tp.svd / tp.qr / tp.matrix_power and their methods
+    globals()[_name] = _fn
+    setattr(Tensor, _name, _fn)
 
 
 def __getattr__(name):

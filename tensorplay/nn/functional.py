@@ -29,6 +29,7 @@ import torch
 
 from .._tensor import Tensor
 from ..ops.registry import OPS
+from ._fhelpers import _check_reduction, _check_tensor, _legacy_reduction, _op
 
 __all__ = [
     # activations
@@ -39,9 +40,9 @@ __all__ = [
     "unfold", "fold",
     "linear", "bilinear", "conv1d", "conv2d", "conv3d", "conv_transpose1d", "conv_transpose2d", "conv_transpose3d",
     "max_pool1d", "max_pool2d", "avg_pool1d", "avg_pool2d", "adaptive_avg_pool1d", "adaptive_avg_pool2d",
-    "adaptive_max_pool1d", "adaptive_max_pool2d", "interpolate", "upsample",
+    "adaptive_max_pool1d", "adaptive_max_pool2d", "upsample",
     # normalization, dropout, embedding, shape helpers
-    "layer_norm", "rms_norm", "batch_norm", "group_norm", "instance_norm", "normalize", "cosine_similarity",
+    "layer_norm", "rms_norm", "batch_norm", "group_norm", "normalize", "cosine_similarity",
     "dropout", "dropout1d", "dropout2d", "dropout3d", "embedding", "one_hot", "pad",
     "pixel_shuffle", "pixel_unshuffle",
     # losses
@@ -52,23 +53,11 @@ __all__ = [
 ]
 
 
-def _op(name):
-    try:
-        return OPS[name].fn
-    except KeyError:
-        raise NotImplementedError(f"tp.nn.functional: the op {name!r} is not in the op table") from None
-
-
 def _inplace(name, input, *args, **kwargs):
     """``name_`` if the table has it, else compute out of place and copy back."""
     if name + "_" in OPS:
         return OPS[name + "_"].fn(input, *args, **kwargs)
     return input.copy_(_op(name)(input, *args, **kwargs))
-
-
-def _check_tensor(x, fn, arg="input"):
-    if not isinstance(x, Tensor):
-        raise TypeError(f"tp.{fn}: argument '{arg}' must be a tp.Tensor, got {type(x).__name__}")
 
 
 # =================================================================================================
@@ -357,57 +346,6 @@ def adaptive_max_pool1d(input, output_size, return_indices=False):
 # =================================================================================================
 # resampling
 # =================================================================================================
-_INTERP = {("nearest", 1): "upsample_nearest1d", ("nearest", 2): "upsample_nearest2d",
-           ("linear", 1): "upsample_linear1d", ("bilinear", 2): "upsample_bilinear2d"}
-
-
-def interpolate(input, size=None, scale_factor=None, mode="nearest", align_corners=None,
-                recompute_scale_factor=None, antialias=False):
-    """Resample the spatial dims (all but N, C) to ``size`` or by ``scale_factor``.
-    Modes: 'nearest' (1-d, 2-d), 'linear' (1-d), 'bilinear' (2-d)."""
-    _check_tensor(input, "interpolate")
-    nd = input.dim() - 2
-    if nd < 1:
-        raise ValueError(f"tp.interpolate: expected an input of at least 3 dims (N, C, ...), got shape "
-                         f"{list(input.shape)}")
-    if antialias:
-        raise NotImplementedError("tp.interpolate: antialias=True is not supported")
-    if mode in ("nearest", "area", "nearest-exact") and align_corners is not None:
-        raise ValueError("align_corners option can only be set with the interpolating modes: "
-                         "linear | bilinear | bicubic | trilinear")
-    key = (mode, nd)
-    if key not in _INTERP:
-        if mode in ("nearest", "linear", "bilinear"):
-            raise ValueError(f"tp.interpolate: mode {mode!r} needs a {3 if mode != 'bilinear' else 4}-d "
-                             f"input (nearest: 3-d or 4-d), got shape {list(input.shape)}")
-        raise NotImplementedError(f"tp.interpolate: mode {mode!r} is not supported (nearest, linear, bilinear)")
-    if (size is None) == (scale_factor is None):
-        raise ValueError("tp.interpolate: exactly one of size or scale_factor must be given")
-    spatial = list(input.shape[2:])
-    scales = None
-    if size is not None:
-        out = list(size) if isinstance(size, (list, tuple)) else [size] * nd
-        if len(out) != nd:
-            raise ValueError(f"tp.interpolate: size {size} must have {nd} elements for input shape "
-                             f"{list(input.shape)}")
-        if recompute_scale_factor:
-            raise ValueError("tp.interpolate: recompute_scale_factor is not meaningful with an explicit size")
-    else:
-        sf = list(scale_factor) if isinstance(scale_factor, (list, tuple)) else [scale_factor] * nd
-        if len(sf) != nd:
-            raise ValueError(f"tp.interpolate: scale_factor {scale_factor} must have {nd} elements for input "
-                             f"shape {list(input.shape)}")
-        out = [int(math.floor(float(s) * f)) for s, f in zip(spatial, sf)]
-        scales = None if recompute_scale_factor else [float(f) for f in sf]
-    if any(o <= 0 for o in out):
-        raise ValueError(f"tp.interpolate: output size {out} must be positive (input {list(input.shape)})")
-    scale_args = list(scales) if scales is not None else [None] * nd
-    name = _INTERP[key]
-    if mode in ("linear", "bilinear"):
-        return _op(name)(input, out, bool(align_corners), *scale_args)
-    return _op(name)(input, out, *scale_args)
-
-
 def upsample(input, size=None, scale_factor=None, mode="nearest", align_corners=None):
     warnings.warn("nn.functional.upsample is deprecated. Use nn.functional.interpolate instead.", stacklevel=2)
     return interpolate(input, size, scale_factor, mode, align_corners)
@@ -448,15 +386,6 @@ def batch_norm(input, running_mean, running_var, weight=None, bias=None, trainin
 
 def group_norm(input, num_groups, weight=None, bias=None, eps=1e-5):
     return _op("group_norm")(input, num_groups, weight, bias, eps)
-
-
-def instance_norm(input, running_mean=None, running_var=None, weight=None, bias=None, use_input_stats=True,
-                  momentum=0.1, eps=1e-5):
-    """Per-sample, per-channel normalization (group_norm with one channel per group; running
-    statistics are not supported)."""
-    if running_mean is not None or running_var is not None or not use_input_stats:
-        raise NotImplementedError("tp.instance_norm: running statistics are not supported")
-    return _op("group_norm")(input, input.shape[1], weight, bias, eps)
 
 
 def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
@@ -568,22 +497,6 @@ def pixel_unshuffle(input, downscale_factor):
 # =================================================================================================
 # losses
 # =================================================================================================
-def _legacy_reduction(size_average, reduce, reduction):
-    if size_average is None and reduce is None:
-        return reduction
-    size_average = True if size_average is None else size_average
-    reduce = True if reduce is None else reduce
-    ret = ("mean" if size_average else "sum") if reduce else "none"
-    warnings.warn(f"size_average and reduce args will be deprecated, please use reduction='{ret}' instead.",
-                  stacklevel=3)
-    return ret
-
-
-def _check_reduction(reduction, fn, extra=()):
-    if reduction not in ("none", "mean", "sum") + tuple(extra):
-        raise ValueError(f"tp.{fn}: {reduction!r} is not a valid value for reduction")
-
-
 def _warn_size(input, target, fn):
     if tuple(input.shape) != tuple(target.shape):
         warnings.warn(f"Using a target size ({target.shape}) that is different to the input size ({input.shape}). "
@@ -688,3 +601,8 @@ def scaled_dot_product_attention(query, key, value, attn_mask=None, dropout_p=0.
         from ..ops.nn_ops import sdpa_composite
         return sdpa_composite(query, key, value, attn_mask, float(dropout_p), is_causal, scale, enable_gqa)
     return _op("scaled_dot_product_attention")(query, key, value, attn_mask, is_causal, scale, enable_gqa)[0]
+
+
+from .functional_extra import *  # noqa: F401,F403,E402  (the rest of the API)
+from .functional_extra import __all__ as _extra_all  # noqa: E402
+__all__ += _extra_all

@@ -347,7 +347,7 @@ def test_interpolate_1d_gradcheck_and_errors():
     with pytest.raises(ValueError, match=r"tp\.interpolate.*exactly one"):
         F.interpolate(tp.randn(1, 1, 4), size=3, scale_factor=2)
     with pytest.raises(NotImplementedError, match=r"tp\.interpolate.*'bicubic'"):
-        F.interpolate(tp.randn(1, 1, 4, 4), size=3, mode="bicubic")
+        F.interpolate(tp.randn(1, 1, 4), size=3, mode="bicubic")
     with pytest.raises(ValueError, match="align_corners"):
         F.interpolate(tp.randn(1, 1, 4, 4), size=3, align_corners=True)
 

@@ -9,6 +9,10 @@
   (unbiased batch variance), counting batches in ``num_batches_tracked`` (``momentum=None``: a
   cumulative average, factor ``1 / num_batches_tracked``); in eval mode normalise with the
   running estimates.  With ``track_running_stats=False`` batch statistics are used in both modes.
+* ``InstanceNorm1d/2d/3d``: normalise each channel of each sample over its spatial dims (no affine
+  map and no running statistics by default); with ``track_running_stats=True`` training updates
+  the running estimates with the batch mean of the per-sample updates and eval mode uses them.
+  Unbatched inputs (no N dim) are accepted.
 
 Parameters and buffers have PyTorch's names, shapes and initial values (``weight``=1, ``bias``=0,
 ``running_mean``=0, ``running_var``=1, ``num_batches_tracked``=0 as int64).
@@ -206,3 +210,43 @@ class BatchNorm2d(_BatchNorm):
 class BatchNorm3d(_BatchNorm):
     """Batch norm over ``(N, C, D, H, W)`` inputs."""
     _dims = (5,)
+
+
+class _InstanceNorm(_BatchNorm):
+    _no_batch_dim = 0
+
+    def __init__(self, num_features: int, eps: float = 1e-5, momentum: float | None = 0.1, affine: bool = False,
+                 track_running_stats: bool = False, device=None, dtype=None):
+        super().__init__(num_features, eps, momentum, affine, track_running_stats, device, dtype)
+
+    def forward(self, input):
+        nb = self._no_batch_dim
+        if input.dim() not in (nb, nb + 1):
+            raise ValueError(f"{type(self).__name__}: expected {nb}D or {nb + 1}D input (got {input.dim()}D input)")
+        fd = input.dim() - nb
+        if input.shape[fd] != self.num_features and self.affine:
+            raise ValueError(f"{type(self).__name__}: expected input's size at dim={fd} to match num_features "
+                             f"({self.num_features}), but got: {input.shape[fd]}.")
+        x = input.unsqueeze(0) if input.dim() == nb else input
+        out = F.instance_norm(x, self.running_mean, self.running_var, self.weight, self.bias,
+                              self.training or not self.track_running_stats,
+                              0.0 if self.momentum is None else self.momentum, self.eps)
+        return out.squeeze(0) if input.dim() == nb else out
+
+
+class InstanceNorm1d(_InstanceNorm):
+    """Instance norm over ``(N, C, L)`` or ``(C, L)`` inputs."""
+    _no_batch_dim = 2
+
+
+class InstanceNorm2d(_InstanceNorm):
+    """Instance norm over ``(N, C, H, W)`` or ``(C, H, W)`` inputs."""
+    _no_batch_dim = 3
+
+
+class InstanceNorm3d(_InstanceNorm):
+    """Instance norm over ``(N, C, D, H, W)`` or ``(C, D, H, W)`` inputs."""
+    _no_batch_dim = 4
+
+
+__all__ += ["InstanceNorm1d", "InstanceNorm2d", "InstanceNorm3d"]

@@ -123,8 +123,7 @@ class AdaptiveMaxPool2d(_AdaptivePool):
 
 
 class Upsample(Module):
-    """Resample the spatial dims to ``size`` or by ``scale_factor`` (``F.interpolate``; modes
-    'nearest', 'linear', 'bilinear')."""
+    """Resample the spatial dims to ``size`` or by ``scale_factor`` (``F.interpolate``: every mode)."""
 
     def __init__(self, size=None, scale_factor=None, mode: str = "nearest", align_corners=None,
                  recompute_scale_factor=None):
@@ -143,3 +142,20 @@ class Upsample(Module):
     def extra_repr(self):
         what = f"scale_factor={self.scale_factor!r}" if self.scale_factor is not None else f"size={self.size!r}"
         return f"{what}, mode={self.mode!r}"
+
+
+class UpsamplingNearest2d(Upsample):
+    """``Upsample(mode='nearest')`` of a 4-d input."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="nearest")
+
+
+class UpsamplingBilinear2d(Upsample):
+    """``Upsample(mode='bilinear', align_corners=True)`` of a 4-d input."""
+
+    def __init__(self, size=None, scale_factor=None):
+        super().__init__(size, scale_factor, mode="bilinear", align_corners=True)
+
+
+__all__ += ["UpsamplingNearest2d", "UpsamplingBilinear2d"]

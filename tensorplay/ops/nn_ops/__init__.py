@@ -32,12 +32,16 @@ One module per family, imported in this order (the order of the table's entries)
   loss.py            mse, l1, smooth_l1, huber, nll (+ backward), cross_entropy, bce, kl_div
   attention.py       scaled_dot_product_attention; sdpa_composite (tp ops)
   pixel_shuffle.py   pixel_shuffle, pixel_unshuffle (permutations; reshape/permute decompositions)
+  activation_extra.py selu, celu, threshold, hardshrink, softshrink, glu
+  loss_extra.py      _ctc_loss (+ backward)
+  resample_extra.py  3-d, bicubic, nearest-exact, antialiased resampling; adaptive_avg_pool3d
   _common.py         tags and helpers the families share
 """
 from __future__ import annotations
 
 from . import normalization, dropout, embedding, conv, pooling, loss, attention  # noqa: F401  (registration)
 from . import pixel_shuffle  # noqa: F401,E402  (registration)
+from . import activation_extra, loss_extra, resample_extra  # noqa: F401  (registration)
 from .attention import attention_bias, sdpa_composite, sdpa_scores  # noqa: F401
 from .conv import resolve_conv_padding  # noqa: F401
 

@@ -3,7 +3,7 @@ PyTorch).
 
 One op each (ATen kernels, bit-identical to PyTorch; derivative formulas in tp ops, see
 tensorplay/ops/linalg_extra.py): vector_norm, inv, inv_ex, det, slogdet, solve, solve_triangular,
-cholesky, cholesky_ex, qr, svd, svdvals, eigh, eigvalsh, lstsq, pinv, matrix_rank.  Compositions of
+cholesky, cholesky_ex, qr, svd, svdvals, eigh, eigvalsh, lstsq, pinv, matrix_rank, cross.  Compositions of
 those ops (so their gradients follow): norm, matrix_norm (ord 'fro', 'nuc', ±inf, ±1, ±2),
 matrix_power (repeated squaring; inverse first for n < 0), multi_dot (the cheapest product order of
 the chain).  The older top-level names keep their semantics: ``tp.svd`` returns V (not Vᴴ) and
@@ -19,11 +19,16 @@ from .ops.registry import OPS
 
 __all__ = ["norm", "vector_norm", "matrix_norm", "inv", "inv_ex", "det", "slogdet", "solve", "solve_triangular",
            "cholesky", "cholesky_ex", "qr", "svd", "svdvals", "eigh", "eigvalsh", "lstsq", "pinv", "matrix_rank",
-           "matrix_power", "multi_dot"]
+           "matrix_power", "multi_dot", "cross"]
 
 
 def _op(name):
     return OPS[name].fn
+
+
+def cross(input, other, *, dim=-1):
+    """The cross product of 3-vectors along ``dim`` (broadcasting the other dims)."""
+    return _op("linalg_cross")(input, other, dim)
 
 
 def vector_norm(x, ord=2, dim=None, keepdim=False, *, dtype=None):

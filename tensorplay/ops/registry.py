@@ -283,7 +283,12 @@ def _make_function(op: OpDef) -> Callable:
         before = [a for a in s.args if a.name != op.varargs and not a.kwarg_only]
         params = [a.name for a in before] + [f"*{op.varargs}"]
         params += [f"{a.name}={a.default!r}" if a.has_default else a.name for a in s.args if a.kwarg_only]
-        body = (f"    if len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
+        params.append("**_by_name")      # torch's keyword form: x.flip(dims=[0]), x.view(size=(2, 3))
+        body = (f"    if _by_name:\n"
+                f"        if set(_by_name) != {{{op.varargs!r}}} or {op.varargs}:\n"
+                f"            raise TypeError(f'tp.{s.name}: unexpected keyword argument(s) {{sorted(_by_name)}}')\n"
+                f"        {op.varargs} = (_by_name[{op.varargs!r}],)\n"
+                f"    if len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
                 f"        {op.varargs} = {op.varargs}[0]\n")
     else:
         params = [s.python_signature()]

@@ -405,7 +405,7 @@ def main(argv=None):
             print(f"ok       {name:34s} {dt:5.0f} s  (torch run failed: {first_error(err_t)})", flush=True)
         elif not mine and not ref:
             print(f"ok       {name:34s} {dt:5.0f} s  no losses printed", flush=True)
-        elif len(mine) == len(ref) and all(abs(x - y) <= 1e-3 * max(1.0, abs(y)) for x, y in zip(mine, ref)):
+        elif len(mine) == len(ref) and all(abs(x - y) <= 1e-3 * abs(y) + 1e-6 for x, y in zip(mine, ref)):
             print(f"ok       {name:34s} {dt:5.0f} s  {len(mine)} losses equal torch's (first {mine[:3]})",
                   flush=True)
         else:

@@ -109,3 +109,9 @@ def test_small_fixes_found_by_the_sweep():
     assert torch.equal(tp.randint(10, (5,)).torch(), want)                           # randint(high, size)
     s = tp.scalar_tensor(2.5, requires_grad=True)
     assert s.requires_grad and float(s) == 2.5
+
+
+def test_cosine_similarity_broadcasts_before_the_norms():
+    a, b = torch.randn(1, 2, 3), torch.randn(2, 1, 3)
+    got = tp.nn.functional.cosine_similarity(tp.from_torch(a), tp.from_torch(b), dim=-2)
+    torch.testing.assert_close(got.torch(), torch.nn.functional.cosine_similarity(a, b, dim=-2))

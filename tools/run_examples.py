@@ -16,7 +16,8 @@ own ``__builtins__`` whose ``__import__`` maps ``torch`` -> ``tensorplay``, ``to
 Libraries (numpy, torch itself, tensorplay) keep the real imports, so nothing else is affected.
 
 No network: programs that download data get a small synthetic stand-in prepared by the harness
-(a random MNIST-like ``torchvision.datasets`` when torchvision is absent, a synthetic Cora for
+(a random MNIST-like ``torchvision.datasets`` when torchvision is absent, a ``SummaryWriter`` that
+records nothing when tensorboard is absent, a synthetic Cora for
 GCN/GAT, a generated text corpus for the word language model, sine waves for the time-sequence
 example); their numbers are not the papers' numbers, only tp's against torch's on the same data.
 
@@ -89,7 +90,7 @@ PROGRAMS = [
 ] + [
     (f"makemore.{t}", "makemore", ".", "makemore.py",
      ["--type", t, "--max-steps", "3", "--num-workers", "0", "--n-layer", "2", "--n-embd", "16", "--n-embd2", "16",
-      "--batch-size", "8", "--work-dir", "out"], None)
+      "--batch-size", "8", "--work-dir", "out", "--input-file", "{src}/names.txt"], None)
     for t in ("bigram", "mlp", "rnn", "gru", "bow", "transformer")
 ] + [
     ("minGPT.adder", "mingpt", "projects/adder", "adder.py",
@@ -106,9 +107,16 @@ def _alias(name: str) -> str:
     return "tensorplay" + name[len("torch"):]
 
 
+#: harness stand-ins for torch submodules that only log (installed by the child when the library
+#: behind them is missing): the same module in the torch and the tensorplay run
+STANDINS: dict = {}
+
+
 def make_builtins(real_import=builtins.__import__):
     """A ``__builtins__`` dict whose ``__import__`` resolves torch and torch.X to tensorplay."""
     def tp_import(name, globals=None, locals=None, fromlist=(), level=0):
+        if level == 0 and name in STANDINS:
+            return STANDINS[name] if fromlist else importlib.import_module("tensorplay")
         if level == 0 and (name == "torch" or name.startswith("torch.")):
             target = _alias(name)
             try:
@@ -223,6 +231,22 @@ def _fake_torchvision(torch_mod):
         sys.modules[m.__name__] = m
 
 
+def _fake_tensorboard():
+    """``torch.utils.tensorboard.SummaryWriter`` that records nothing (tensorboard is not installed;
+    logging is no part of what the programs compute)."""
+    mod = types.ModuleType("torch.utils.tensorboard")
+
+    class SummaryWriter:
+        def __init__(self, *a, **k):
+            pass
+
+        def __getattr__(self, name):
+            return lambda *a, **k: None
+    mod.SummaryWriter = SummaryWriter
+    sys.modules["torch.utils.tensorboard"] = mod
+    STANDINS["torch.utils.tensorboard"] = mod
+
+
 def _write_corpus(d):
     import random
     rnd = random.Random(0)
@@ -314,6 +338,10 @@ def child(name, mode, roots, workdir):
         import torchvision  # noqa: F401
     except ImportError:
         _fake_torchvision(None)
+    try:
+        import tensorboard  # noqa: F401
+    except ImportError:
+        _fake_tensorboard()
     if prep:
         prepare(prep, workdir, src_dir)
     path = os.path.join(src_dir, script)
@@ -326,7 +354,7 @@ def child(name, mode, roots, workdir):
         g["__builtins__"] = bdict
     else:
         sys.path[:0] = local_roots
-    sys.argv = [path] + argv
+    sys.argv = [path] + [a.replace("{src}", src_dir) for a in argv]     # {src}: the program's folder
     with open(path) as f:
         code = compile(f.read(), path, "exec")
     exec(code, g)

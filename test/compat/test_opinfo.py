@@ -115,3 +115,12 @@ def test_cosine_similarity_broadcasts_before_the_norms():
     a, b = torch.randn(1, 2, 3), torch.randn(2, 1, 3)
     got = tp.nn.functional.cosine_similarity(tp.from_torch(a), tp.from_torch(b), dim=-2)
     torch.testing.assert_close(got.torch(), torch.nn.functional.cosine_similarity(a, b, dim=-2))
+
+
+def test_random_sampler_with_replacement_is_lazy_and_torchs_stream():
+    import itertools
+    ds = list(range(10))
+    for n in (45, int(1e10)):      # makemore and minGPT ask for 1e10 samples and read a few
+        a = torch.utils.data.RandomSampler(ds, replacement=True, num_samples=n, generator=torch.Generator().manual_seed(5))
+        b = tp.utils.data.RandomSampler(ds, replacement=True, num_samples=n, generator=torch.Generator().manual_seed(5))
+        assert list(itertools.islice(iter(b), 45)) == list(itertools.islice(iter(a), 45))

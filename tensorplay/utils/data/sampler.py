@@ -54,12 +54,19 @@ class RandomSampler(Sampler):
     def __iter__(self):
         n = len(self.data_source)
         g = _fresh_generator(self.generator)
-        if self.replacement:
-            return iter(torch.randint(high=n, size=(self.num_samples,), dtype=torch.int64, generator=g).tolist())
+        if self.replacement:     # drawn 32 at a time, as torch does: num_samples may be huge (1e10)
+            return self._with_replacement(n, g)
         idx = []
         while len(idx) < self.num_samples:
             idx.extend(torch.randperm(n, generator=g).tolist())
         return iter(idx[:self.num_samples])
+
+    def _with_replacement(self, n, g):
+        full, rest = divmod(self.num_samples, 32)
+        for _ in range(full):
+            yield from torch.randint(high=n, size=(32,), dtype=torch.int64, generator=g).tolist()
+        if rest:
+            yield from torch.randint(high=n, size=(rest,), dtype=torch.int64, generator=g).tolist()
 
     def __len__(self):
         return self.num_samples

@@ -56,6 +56,12 @@ class cuda:  # minimal namespace: tp.cuda.is_available(), tp.cuda.synchronize()
     manual_seed_all = staticmethod(_torch.cuda.manual_seed_all)
 
 
+class accelerator:  # minimal namespace: torch.accelerator's queries (programs pick their device with it)
+    is_available = staticmethod(_torch.accelerator.is_available)
+    current_accelerator = staticmethod(_torch.accelerator.current_accelerator)
+    device_count = staticmethod(_torch.accelerator.device_count)
+
+
 def set_num_threads(n: "int"):
     _torch.set_num_threads(n)
 

@@ -354,35 +354,35 @@ class Tensor:
         from .ops.factories import legacy_type
         return legacy_type(self, dtype)
 
-    def float(self):
-        return self.to(torch.float32)
+    def float(self, memory_format=None):
+        return self.to(torch.float32, memory_format=memory_format)
 
-    def double(self):
-        return self.to(torch.float64)
+    def double(self, memory_format=None):
+        return self.to(torch.float64, memory_format=memory_format)
 
-    def half(self):
-        return self.to(torch.float16)
+    def half(self, memory_format=None):
+        return self.to(torch.float16, memory_format=memory_format)
 
-    def bfloat16(self):
-        return self.to(torch.bfloat16)
+    def bfloat16(self, memory_format=None):
+        return self.to(torch.bfloat16, memory_format=memory_format)
 
-    def int(self):
-        return self.to(torch.int32)
+    def int(self, memory_format=None):
+        return self.to(torch.int32, memory_format=memory_format)
 
-    def long(self):
-        return self.to(torch.int64)
+    def long(self, memory_format=None):
+        return self.to(torch.int64, memory_format=memory_format)
 
-    def short(self):
-        return self.to(torch.int16)
+    def short(self, memory_format=None):
+        return self.to(torch.int16, memory_format=memory_format)
 
-    def char(self):
-        return self.to(torch.int8)
+    def char(self, memory_format=None):
+        return self.to(torch.int8, memory_format=memory_format)
 
-    def byte(self):
-        return self.to(torch.uint8)
+    def byte(self, memory_format=None):
+        return self.to(torch.uint8, memory_format=memory_format)
 
-    def bool(self):
-        return self.to(torch.bool)
+    def bool(self, memory_format=None):
+        return self.to(torch.bool, memory_format=memory_format)
 
     def type_as(self, other):
         return self.to(other.dtype)

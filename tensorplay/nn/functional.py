@@ -397,7 +397,10 @@ def normalize(input, p=2.0, dim=1, eps=1e-12, out=None):
 
 
 def cosine_similarity(x1, x2, dim=1, eps=1e-8):
-    """sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps)) along dim (composite)."""
+    """sum(x1 * x2) / (max(||x1||, eps) * max(||x2||, eps)) along dim (composite), of the inputs
+    broadcast to one shape first (as torch: the norms are taken along the broadcast dim)."""
+    shape = torch.broadcast_shapes(x1.shape, x2.shape)
+    x1, x2 = x1.expand(shape), x2.expand(shape)
     n1 = x1.norm(2, [dim], keepdim=True).clamp_min(eps)
     n2 = x2.norm(2, [dim], keepdim=True).clamp_min(eps)
     return ((x1 / n1) * (x2 / n2)).sum(dim)

@@ -164,6 +164,8 @@ def eye(n, m=None, *, dtype=None, device=None, requires_grad=False):
 
 def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad=False, generator=None):
     from .registry import OPS
+    if size is None and isinstance(high, (tuple, list, torch.Size)):   # torch's randint(high, size)
+        low, high, size = 0, low, high
     if high is None:
         low, high = 0, low
     if size is None:
@@ -239,8 +241,10 @@ def as_tensor(data, dtype=None, device=None):
     return _wrap(torch.as_tensor(data, dtype=dtype, device=device))
 
 
-def scalar_tensor(s, *, dtype=None, device=None):
-    return _wrap(torch.scalar_tensor(s, dtype=dtype or torch.get_default_dtype(), device=device))
+def scalar_tensor(s, *, dtype=None, device=None, layout=None, pin_memory=None, requires_grad=False):
+    t = _wrap(torch.scalar_tensor(s, dtype=dtype or torch.get_default_dtype(), device=device, layout=layout,
+                                  pin_memory=pin_memory))
+    return t.requires_grad_(True) if requires_grad else t
 
 
 def manual_seed(seed: int):

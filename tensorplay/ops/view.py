@@ -800,9 +800,9 @@ register("index_fill(Tensor self, int dim, Tensor index, Tensor value) -> Tensor
 
 def _take_along_dim_kernel(self, indices, dim):
     if dim is None:
-        _check_range(indices, self.numel(), 0, False)
+        _check_range(indices, self.numel(), 0, False)     # (torch too rejects negative flat indices)
     else:
-        _check_dim_index(self, dim, indices)
+        _check_dim_index(self, dim, indices, allow_negative=True)   # counted from the end, as in torch
     return torch.take_along_dim(self, indices, dim)
 
 
@@ -812,6 +812,7 @@ def _take_along_dim_bwd(ctx, g):
         flat = g.new_zeros((x.numel(),)).scatter_add(0, idx.reshape(-1), g.reshape(-1))
         return flat.reshape(x.shape), None
     d = ctx.dim % x.dim()
+    idx = idx.remainder(max(x.shape[d], 1))              # scatter_add needs the non-negative form
     xs, ixs = list(x.shape), list(idx.shape)
     a, b = xs.copy(), ixs.copy()
     a[d] = b[d] = 1

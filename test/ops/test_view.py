@@ -631,3 +631,11 @@ def test_double_backward():
                    (lambda a, b: a.scatter(1, tp.tensor([[3], [1], [0]]), b[:3, None] * b[:3, None]) ** 2, (x, w)),
                    (lambda a, b: a.masked_fill(a > 0, 1.0).diagonal(1) * b[:3] ** 2, (x, w))]:
         assert tp.autograd.gradgradcheck(f, inp)
+
+
+def test_take_along_dim_negative_indices_count_from_the_end():
+    x = torch.randn(3, 4)
+    idx = torch.tensor([[-1, 0, 1, 2], [-3, 2, -2, 0]])
+    check_op(lambda a, i: tp.take_along_dim(a, i, 0), lambda a, i: torch.take_along_dim(a, i, 0), x, idx)
+    with pytest.raises(IndexError, match="tp.take_along_dim"):
+        tp.take_along_dim(tp.from_torch(x), tp.from_torch(torch.tensor([[-4, 0, 0, 0]])), 0)

@@ -39,7 +39,7 @@ OPS = {
     "index_select": (lambda s, i: s.index_select(0, i), False),
     "index": (lambda s, i: s[i], True),
     "embedding": (lambda s, i: F.embedding(i, s), False),
-    "take_along_dim": (lambda s, i: tp.take_along_dim(s, i[:, None].expand(i.shape[0], 6), 0), False),
+    "take_along_dim": (lambda s, i: tp.take_along_dim(s, i[:, None].expand(i.shape[0], 6), 0), True),
     "index_fill": (lambda s, i: s.index_fill(0, i, 2.5), True),
 }
 ROWS = 7

@@ -571,7 +571,7 @@ def _take_along_dim(x, indices, dim=None):
 
     def f(idx):
         src = [sympy.Integer(0) if size[k] == 1 else idx[k] for k in range(len(size))]
-        src[d] = _checked(il(idx), size[d], "take_along_dim", d)
+        src[d] = _checked(il(idx), size[d], "take_along_dim", d, wrap=True)
         return xl(src)
     return _box(out, f, x.device)
 

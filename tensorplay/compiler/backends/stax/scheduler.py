@@ -322,10 +322,11 @@ class Scheduler:
                 continue                  # a pair of a group that has changed since: re-pushed
             if not choices.can_fuse(self, a, b):
                 continue
-            self._merge(a, b)
+            self._merge(a, b, reorder=False)
             del alive[ib]
             gen[ia] += 1
             push_pairs(a)
+        self._order_groups()
         return self._fused()
 
     def fuse_exhaustive(self):
@@ -363,9 +364,19 @@ class Scheduler:
             idx = self._writer = {name: h for h in self.groups for name in h.writes}
         return idx
 
-    def _merge(self, g1, g2):
-        self._succ_cache = None
+    def _merge(self, g1, g2, reorder=True):
+        """Merge ``g2`` into ``g1``, keeping the readers', writers' and successors' indexes; with
+        ``reorder`` also the groups' topological order (``fuse`` orders once, at the end: an order
+        per merge made the greedy loop quadratic)."""
         readers, writer = self._readers_index(), self._writer_index()
+        succ = self.__dict__.get("_succ_cache")
+        if succ is not None:    # the successor lists that name g2 (its inputs' writers), and g1's, change
+            for name in g1.reads | g2.reads:
+                w = writer.get(name)
+                if w is not None:
+                    succ.pop(id(w), None)
+            succ.pop(id(g1), None)
+            succ.pop(id(g2), None)
         for name in g2.reads:
             lst = readers.get(name, [])
             lst[:] = [h for h in lst if h is not g2]
@@ -385,7 +396,8 @@ class Scheduler:
         self.groups.remove(g2)
         for n in g2.nodes:
             self.group_of[n.name] = g1
-        self._order_groups()
+        if reorder:
+            self._order_groups()
 
     def _order_groups(self):
         """Topological order of groups (a group runs after every group it reads from); among the

@@ -107,16 +107,21 @@ def run_child(cache: Path, wrapper: str, R: int, C: int) -> dict:
         env.pop(k, None)
     if log.exists():
         log.unlink()
-    p = subprocess.run([sys.executable, "-c", CHILD, str(R), str(C), wrapper], env=env,
-                       capture_output=True, text=True, timeout=600)
+    return _child(CHILD, [str(R), str(C), wrapper], env, log, 600, wrapper)[0]
+
+
+def _child(code, argv, env, log: Path, timeout, what):
+    """Run ``code`` in a new Python process: (its last stdout line as JSON with the compiler runs
+    of ``log`` added -- count, seconds, commands --, its stderr)."""
+    p = subprocess.run([sys.executable, "-c", code, *argv], env=env, capture_output=True, text=True, timeout=timeout)
     if p.returncode != 0:
-        raise RuntimeError(f"child failed ({wrapper}):\n{p.stderr}")
+        raise RuntimeError(f"child failed ({what}):\n{p.stderr[-5000:]}")
     r = json.loads(p.stdout.strip().splitlines()[-1])
     runs = log.read_text().splitlines() if log.exists() else []
     r["compiler_runs"] = len(runs)
     r["compiler_s"] = sum(float(ln.split(" ", 2)[1]) for ln in runs)
     r["compiler_cmds"] = [ln.split(" ", 2)[2] for ln in runs]
-    return r
+    return r, p.stderr
 
 
 def summarize(readings: list, key: str):
@@ -380,17 +385,10 @@ def resnet(batch: int, res: int, profile: bool):
                        TORCHINDUCTOR_CACHE_DIR=str(Path(tmp) / "inductor"), TRITON_CACHE_DIR=str(Path(tmp) / "triton"),
                        TORCHINDUCTOR_FX_GRAPH_CACHE="0", TORCHINDUCTOR_AUTOGRAD_CACHE="0",
                        PYTHONPATH=str(ROOT) + os.pathsep + os.environ.get("PYTHONPATH", ""))
-            p = subprocess.run([sys.executable, "-c", RESNET_CHILD, lib, str(batch), str(res), "1" if profile else "0"],
-                               env=env, capture_output=True, text=True, timeout=3600)
-            if p.returncode != 0:
-                raise RuntimeError(f"{lib} child failed:\n{p.stderr[-5000:]}")
-            r = json.loads(p.stdout.strip().splitlines()[-1])
-            runs = log.read_text().splitlines() if log.exists() else []
-            r["compiler_runs"] = len(runs)
-            r["compiler_s"] = sum(float(ln.split(" ", 2)[1]) for ln in runs)
+            r, err = _child(RESNET_CHILD, [lib, str(batch), str(res), "1" if profile else "0"], env, log, 3600, lib)
             out[lib] = r
             if profile and lib == "tp":
-                print(p.stderr[-12000:])
+                print(err[-12000:])
     print(f"machine: {machine_description()}")
     print(f"ResNet-18 forward + backward (cross entropy), batch {batch}, {res} x {res}, fresh processes, empty caches")
     for lib, name in (("tp", "tp.compile (Stax)"), ("torch", "torch.compile (inductor)")):

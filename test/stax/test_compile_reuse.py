@@ -132,3 +132,49 @@ def test_canonical_kernel_renames_consistently():
     assert t.add("kernel0", a, {"arg0": 0, "buf3": 0}) == ("kernel0", a)
     assert t.add("kernel4", b, {"buf7": 0, "buf9": 0}) == ("kernel0", a) and t.shared == 1
     assert t.add("kernel5", c, {"buf7": 0, "buf9": 0}) == ("kernel5", c) and t.shared == 1
+
+
+def test_distinct_kernels_build_as_one_unit_per_worker(empty_cache, monkeypatch):
+    """More kernels than pool workers: one translation unit (one g++ run) per worker."""
+    monkeypatch.setenv("TP_COMPILE_THREADS", "2")
+    x, h, W, b = _data()
+    scale = [0.5, 0.25, 0.75, 1.5, 1.25]      # five distinct kernels
+    f = _rnn(5, tp.from_torch(W), tp.from_torch(b), scale)
+    out, runs, shared = _compile_and_profile(f, tp.from_torch(x), tp.from_torch(h))
+    torch.testing.assert_close(out._data, _rnn_ref(5, x, h, W, b, scale), rtol=1e-5, atol=1e-6)
+    assert shared == 0 and len(runs) == 2, runs
+
+
+def _entry_kernel(name, k):
+    from tensorplay.compiler.backends.stax.cpp.wrapper import kernel_entry
+    body = "nope();" if k is None else f"for (int i = 0; i < 4; ++i) y[i] = x[i] * {k}.0f;"
+    params = {"x": ("float", False), "y": ("float", True)}
+    return (f'#include "stax_kernel.h"\nextern "C" void {name}(const float* __restrict__ x, float* __restrict__ y) '
+            f'{{ {body} }}\n' + kernel_entry(name, params))
+
+
+def test_a_failing_unit_is_rebuilt_kernel_by_kernel(empty_cache, monkeypatch):
+    from tensorplay.compiler.backends.stax.cpp import async_compile as ac
+    from tensorplay.compiler.backends.stax.cpp.build import CppCompileError
+    monkeypatch.setenv("TP_COMPILE_THREADS", "1")
+    a = ac.AsyncCompile()
+    scope = {f"ku{i}": a.cpp(_entry_kernel(f"ku{i}", None if i == 1 else i + 2), f"ku{i}", entry=f"ku{i}_entry")
+             for i in range(3)}
+    with pytest.raises(CppCompileError, match="kernel 'ku1'") as ei:
+        a.wait(scope)
+    assert "nope" in str(ei.value)
+    xt, yt = torch.randn(4), torch.zeros(4)
+    for i in (0, 2):        # the good kernels, each built alone after the unit failed
+        scope[f"ku{i}"](xt.data_ptr(), yt.data_ptr())
+        assert torch.equal(yt, xt * (i + 2))
+
+
+def test_a_held_kernel_called_before_wait_is_built(empty_cache, monkeypatch):
+    from tensorplay.compiler.backends.stax.cpp import async_compile as ac
+    monkeypatch.setenv("TP_COMPILE_THREADS", "1")
+    a = ac.AsyncCompile()
+    phs = [a.cpp(_entry_kernel(f"kh{i}", i + 1), f"kh{i}", entry=f"kh{i}_entry") for i in range(3)]
+    xt, yt = torch.randn(4), torch.zeros(4)
+    phs[2](xt.data_ptr(), yt.data_ptr())         # flushes the batch (one unit of three kernels)
+    assert torch.equal(yt, xt * 3)
+    assert all(p.done() for p in phs)

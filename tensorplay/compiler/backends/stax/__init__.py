@@ -13,6 +13,7 @@ Read in pipeline order:
   device.py           the device seam: DeviceBackend (plan, render, how the wrapper defines and calls
                       a kernel), register_device_backend(device, backend, name); a knob per device
                       (stax.cpu_backend) picks among the backends registered for it
+  reuse.py            identical kernels of a graph (unrolled steps, repeated layers): one definition
   codegen/wrapper.py  the generated Python ``call(args)`` module (device-neutral; CallWriter writes
                       the body of every wrapper's ``call``)
   codecache.py        content-addressed disk cache (TP_CACHE_DIR), file locks, compiled graphs
@@ -97,17 +98,20 @@ def compile_graph(gm, example_inputs, cpp_wrapper=False, options=None):
     from .codegen.wrapper import generate_wrapper
     from .device import backend_for
     from .kernel_plan import model_cost
+    from .reuse import KernelTable
     backend = backend_for(example_inputs)
     with _scheduled(gm, example_inputs) as (graph, sched), span(f"stax codegen ({backend.name})", "compile"):
         backend.prepare_schedule(graph, sched)
         kernels, plans = {}, {}
         sched.kernel_costs = {}
+        table = KernelTable()       # identical kernels (unrolled steps, repeated layers): one definition
         for g, plan in _plans(sched):
             name = f"kernel{len(kernels)}"
             src, params = backend.render(plan, name)
+            name, src = table.add(name, src, params, [n.name for n in g.nodes])
             kernels[id(g)] = (name, src, params)
             plans[id(g)] = plan
-            sched.kernel_costs[name] = model_cost(plan, graph.sizevars)
+            sched.kernel_costs.setdefault(name, model_cost(plan, graph.sizevars))
         out = backend.generate_wrapper(graph, sched, kernels, cpp_wrapper=cpp_wrapper, options=options or {})
         src, materialized = out if out is not None else generate_wrapper(graph, sched, kernels, backend)
         from .debug import emit

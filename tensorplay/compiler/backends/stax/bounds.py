@@ -37,7 +37,7 @@ import sympy
 
 from .ir import Unsupported
 
-__all__ = ["Interval", "bound", "check_access", "index_type", "magnitude", "IndirectIndex", "AccessRecorder",
+__all__ = ["Interval", "bound", "lane_bound", "check_access", "index_type", "magnitude", "IndirectIndex", "AccessRecorder",
            "refine"]
 
 INT32 = (-(2 ** 31), 2 ** 31 - 1)
@@ -156,8 +156,16 @@ def _nonneg(e, ranges, what) -> Interval:
     return iv
 
 
-def bound(expr, ranges: dict) -> Interval:
-    """Interval of ``expr`` when each symbol ``v`` ranges over ``ranges[v] = (lo, hi)``."""
+def bound(expr, ranges: dict, lanes: bool = False) -> Interval:
+    """Interval of ``expr`` when each symbol ``v`` ranges over ``ranges[v] = (lo, hi)``.
+
+    ``lanes=True``: the interval of what the C++ code computes in EVERY lane, masked-out ones
+    included (the index width, :func:`lane_bound`): there ``floor(p / q)`` and ``Mod(a, q)`` may
+    see a negative argument (nearest upsampling read by reflect padding: ``floor((i - 1) / 2)``
+    at ``i = 0``, a lane the mask drops) and are bounded as the truncating ``/`` and ``%`` the
+    printer emits, instead of raising."""
+    if lanes:
+        return _lane_bound(sympy.sympify(expr), ranges)
     e = sympy.sympify(expr)
     if e.is_Integer:
         return Interval(int(e), int(e))
@@ -203,6 +211,51 @@ def bound(expr, ranges: dict) -> Interval:
             return Interval(0, iv.hi)
         return Interval(_floordiv(iv.lo, den), _floordiv(iv.hi, den))
     raise Unsupported(f"no interval rule for {e}")
+
+
+def _trunc_div(a, den: int):
+    """``a / den`` truncated toward zero (C++'s integer ``/``) for an int ``a``; a symbolic end
+    point as ``floor`` (only asked for end points proved >= 0)."""
+    if isinstance(a, int):
+        return -((-a) // den) if a < 0 else a // den
+    return _floordiv(a, den)
+
+
+def _lane_bound(e, ranges) -> Interval:
+    """:func:`bound` with ``lanes=True``: sound for any sign of a ``floor``/``Mod`` argument."""
+    if isinstance(e, sympy.floor):
+        num, den = _size_fraction(e.args[0])
+        iv = _lane_bound(num, ranges)
+        if _le(0, iv.lo):
+            return bound(e, ranges)
+        if not isinstance(den, int):    # truncation by a divisor >= 1 moves toward zero
+            return Interval(_smin(iv.lo, 0), _smax(iv.hi, 0))
+        if not isinstance(iv.hi, int) and not _le(0, iv.hi):
+            raise Unsupported(f"cannot bound {e} in every lane (interval [{iv.lo}, {iv.hi}])")
+        return Interval(_trunc_div(iv.lo, den) if isinstance(iv.lo, int) else _smin(iv.lo, 0), _trunc_div(iv.hi, den))
+    if isinstance(e, sympy.Mod) and e.args[1].is_Integer and int(e.args[1]) > 0:
+        iv = _lane_bound(e.args[0], ranges)
+        if _le(0, iv.lo):
+            return bound(e, ranges)
+        q = int(e.args[1])              # a % q truncating: the sign of a, |result| < q
+        return Interval(-(q - 1), q - 1)
+    if e.is_Add and e.atoms(sympy.floor, sympy.Mod):
+        out = Interval(0, 0)
+        for a in e.args:
+            out = out + _lane_bound(a, ranges)
+        return out
+    if e.is_Mul and e.atoms(sympy.floor, sympy.Mod):
+        out = Interval(1, 1)
+        for a in e.args:
+            out = out * _lane_bound(a, ranges)
+        return out
+    return bound(e, ranges)
+
+
+def lane_bound(expr, ranges: dict) -> Interval:
+    """The interval of the value an index expression takes in every lane a kernel computes it,
+    masked or not (sets the index width): ``bound(expr, ranges, lanes=True)``."""
+    return bound(expr, ranges, lanes=True)
 
 
 def _conjuncts(cond, ranges):

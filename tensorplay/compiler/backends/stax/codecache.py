@@ -76,7 +76,7 @@ __all__ = [
 CACHE_VERSION = "stax-codecache-2"
 
 #: In-process counters (tests read them).
-stats = {"builds": 0, "build_hits": 0, "py_writes": 0, "compiler_runs": 0, "graph_hits": 0}
+stats = {"builds": 0, "build_hits": 0, "py_writes": 0, "compiler_runs": 0, "graph_hits": 0, "kernels_shared": 0}
 _stats_lock = threading.Lock()
 
 

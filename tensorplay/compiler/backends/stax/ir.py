@@ -44,6 +44,42 @@ def contiguous_strides(size):
     return sizevars.contiguous_strides(size)
 
 
+def _falling(num):
+    """Is ``num`` (expanded) ``c - k1*v1 - k2*v2 ...``: an integer ``c``, integer ``k > 0``, integer
+    symbols?"""
+    syms = num.free_symbols
+    if not syms or not all(v.is_integer for v in syms):
+        return False
+    coeffs = [num.coeff(v) for v in syms]
+    const = num.subs({v: 0 for v in syms})
+    return (all(c.is_Integer and c < 0 for c in coeffs) and const.is_Integer
+            and sympy.expand(num - const - sum(c * v for c, v in zip(coeffs, syms))) == 0)
+
+
+def rising_floors(e):
+    """``e`` with every ``floor(a / q)`` and ``Mod(a, q)`` (integer ``q > 0``) whose ``a`` falls in
+    every variable (``a = c - k*v``, integer ``k > 0``) written with ``b = q - 1 - a`` as
+    ``-floor(b / q)`` and ``q - 1 - Mod(b, q)`` -- the same integers for every integer ``a``.
+    sympy pulls the integer part out of a floor (``floor((81 - i)/2) = 40 + floor((1 - i)/2)``:
+    nearest upsampling read by reflect padding), leaving an argument that is <= 0 where the loop
+    variables are >= 0; the rising form's is >= 0 there, which bounds.py must prove (the printer's
+    ``/`` and ``%`` truncate)."""
+    if not isinstance(e, sympy.Basic) or not e.has(sympy.floor, sympy.Mod):
+        return e
+    rep = {}
+    for a in e.atoms(sympy.floor, sympy.Mod):
+        if isinstance(a, sympy.floor):
+            num, den = sympy.fraction(sympy.together(a.args[0]))
+        else:
+            num, den = a.args
+        if not den.is_Integer or int(den) <= 0 or num.has(sympy.floor, sympy.Mod):
+            continue
+        num, q = sympy.expand(num), int(den)
+        if _falling(num):
+            rep[a] = -sympy.floor((q - 1 - num) / q) if isinstance(a, sympy.floor) else q - 1 - sympy.Mod(q - 1 - num, q)
+    return e.xreplace(rep) if rep else e
+
+
 def _exprs(xs) -> tuple:
     return tuple(sizevars.sympify(x) for x in xs)
 
@@ -69,7 +105,7 @@ class FixedLayout:
         for i, s, n in zip(idx, self.stride, self.size):
             if n != 1:
                 e = e + i * s
-        return e
+        return rising_floors(e)
 
     @property
     def numel(self) -> sympy.Expr:

@@ -43,7 +43,7 @@ import math
 import sympy
 import torch
 
-from .bounds import Interval, IndirectIndex, bound, check_access, index_type, magnitude, record_accesses
+from .bounds import Interval, IndirectIndex, bound, check_access, index_type, lane_bound, magnitude, record_accesses
 from .ir import FixedLayout, Unsupported
 from .scheduler import Group, kernel_index, kernel_vars
 from .sizevars import is_size_expr, size_hint, statically_known_equals
@@ -272,9 +272,9 @@ def _check_bounds(sig, xs, rs, accesses, index_exprs, facts, local):
             # checks its element offsets in the kernel
             checked.add(a.buffer)
         if nonempty:
-            ivs.append(bound(a.index, ranges))   # computed in every lane (masked or not): sets the width
+            ivs.append(lane_bound(a.index, ranges))   # computed in every lane (masked or not): sets the width
     if nonempty:
-        ivs += [bound(e, ranges) for e in index_exprs]
+        ivs += [lane_bound(e, ranges) for e in index_exprs]
         # every partial sum formed on the way (|term| maxima added up), and the loop counters: a
         # merged loop runs to the product of its sizes and a vector loop tests `rm0 + 2 * VL <=
         # size` -- an expanded input (stride 0) has small indices over a huge loop

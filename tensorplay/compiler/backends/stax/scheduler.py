@@ -213,18 +213,48 @@ class Scheduler:
         return idx
 
     def path_through_other(self, a, b) -> bool:
-        """Is there a path a -> x -> ... -> b with x not in {a, b}?"""
-        stack = [h for h in self._succ(a) if h is not b]
+        """Is there a path a -> x -> ... -> b with x not in {a, b}?  While ``fuse`` keeps a
+        topological rank of the groups (``_rank``), the search visits only groups ranked before
+        ``b`` (a group on a path to ``b`` is)."""
+        rank = self.__dict__.get("_rank")
+        if rank is not None:
+            rb = rank[id(b)]
+            if rank[id(a)] > rb:
+                return False
+        stack = [h for h in self._succ(a) if h is not b and (rank is None or rank[id(h)] < rb)]
         seen = set(map(id, stack))
         while stack:
             h = stack.pop()
             if b.reads & h.writes:
                 return True
             for k in self._succ(h):
-                if k is not b and id(k) not in seen:
+                if k is not b and id(k) not in seen and (rank is None or rank[id(k)] < rb):
                     seen.add(id(k))
                     stack.append(k)
         return False
+
+    def _rerank(self, a, b, topo):
+        """Before ``_merge(a, b)`` (legal: no path between them through a third group): keep the
+        topological list ``topo`` (None in the slots of merged groups) and ``_rank`` valid for the
+        merged group ``a``.  Of the groups ranked between the two, the descendants of the earlier
+        one move after the merged group, the others stay before it, each part in its order."""
+        rank = self._rank
+        first, lo, hi = (a, rank[id(a)], rank[id(b)]) if rank[id(a)] < rank[id(b)] else (b, rank[id(b)], rank[id(a)])
+        below = set()
+        stack = [first]
+        while stack:
+            for k in self._succ(stack.pop()):
+                if id(k) not in below and lo < rank[id(k)] < hi:
+                    below.add(id(k))
+                    stack.append(k)
+        seg = [g for g in topo[lo + 1:hi] if g is not None]
+        new = [None] * (hi - lo + 1 - len(seg) - 1) + [g for g in seg if id(g) not in below] + [a] + \
+            [g for g in seg if id(g) in below]
+        topo[lo:hi + 1] = new
+        for i, g in enumerate(new, lo):
+            if g is not None:
+                rank[id(g)] = i
+        rank.pop(id(b), None)
 
     def merged_signature(self, g1, g2):
         s1, s2 = g1.sig, g2.sig
@@ -313,6 +343,8 @@ class Scheduler:
                 shared, neg_dist = choices.score_fusion(self, a, b)
                 heapq.heappush(heap, (-shared, -neg_dist, a.order, b.order, gen[id(a)], gen[id(b)], id(a), id(b)))
 
+        topo = list(self.groups)       # program order: topological
+        self._rank = {id(g): i for i, g in enumerate(topo)}
         for g in list(self.groups):
             push_pairs(g)
         while heap:
@@ -322,10 +354,13 @@ class Scheduler:
                 continue                  # a pair of a group that has changed since: re-pushed
             if not choices.can_fuse(self, a, b):
                 continue
-            self._merge(a, b)
+            self._rerank(a, b, topo)
+            self._merge(a, b, reorder=False)
             del alive[ib]
             gen[ia] += 1
             push_pairs(a)
+        self._rank = None
+        self._order_groups()
         return self._fused()
 
     def fuse_exhaustive(self):
@@ -363,9 +398,19 @@ class Scheduler:
             idx = self._writer = {name: h for h in self.groups for name in h.writes}
         return idx
 
-    def _merge(self, g1, g2):
-        self._succ_cache = None
+    def _merge(self, g1, g2, reorder=True):
+        """Merge ``g2`` into ``g1``, keeping the readers', writers' and successors' indexes; with
+        ``reorder`` also the groups' topological order (``fuse`` orders once, at the end: an order
+        per merge made the greedy loop quadratic)."""
         readers, writer = self._readers_index(), self._writer_index()
+        succ = self.__dict__.get("_succ_cache")
+        if succ is not None:    # the successor lists that name g2 (its inputs' writers), and g1's, change
+            for name in g1.reads | g2.reads:
+                w = writer.get(name)
+                if w is not None:
+                    succ.pop(id(w), None)
+            succ.pop(id(g1), None)
+            succ.pop(id(g2), None)
         for name in g2.reads:
             lst = readers.get(name, [])
             lst[:] = [h for h in lst if h is not g2]
@@ -385,7 +430,8 @@ class Scheduler:
         self.groups.remove(g2)
         for n in g2.nodes:
             self.group_of[n.name] = g1
-        self._order_groups()
+        if reorder:
+            self._order_groups()
 
     def _order_groups(self):
         """Topological order of groups (a group runs after every group it reads from); among the

@@ -74,8 +74,11 @@ def generate_wrapper(graph, sched, kernels, backend) -> tuple[str, set]:
         d = torch.device(dev)
         L.append(f"_device_{d.type}{d.index or 0} = torch.device({dev!r})")
     L.append("")
+    defined = set()
     for gid, (kname, src, params) in kernels.items():
-        L += backend.kernel_definition(kname, src, params)
+        if kname not in defined:        # a kernel shared by identical groups (reuse.py): defined once
+            defined.add(kname)
+            L += backend.kernel_definition(kname, src, params)
         L.append("")
     L += backend.wait()
     L.append("")

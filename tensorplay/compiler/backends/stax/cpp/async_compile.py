@@ -115,19 +115,55 @@ if hasattr(os, "register_at_fork"):
     os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
+def _chain(src: Future, dst: Future) -> None:
+    """``dst`` gets ``src``'s result or exception when it has one."""
+    def done(f):
+        e = f.exception()
+        if e is not None:
+            dst.set_exception(e)
+        else:
+            dst.set_result(f.result())
+    src.add_done_callback(done)
+
+
+def unit_source(sources) -> str:
+    """One translation unit of several kernel sources (each an ``#include "stax_kernel.h"`` and
+    ``extern "C"`` functions of distinct names; the header is ``#pragma once``)."""
+    return "\n".join(f"// ---- kernel {k} of the unit\n{src}" for k, src in enumerate(sources))
+
+
+def _build_unit(members) -> None:
+    """Build the kernels ``members`` ((placeholder, future) of one ISA and flags) as one library;
+    if that fails, each alone (its own error for its own future)."""
+    ph0 = members[0][0]
+    try:
+        lib = build.load_cpp(unit_source([ph.source for ph, _ in members]), ph0.isa, ph0.extra)
+    except Exception:   # noqa: BLE001 - each kernel rebuilt alone reports its own failure
+        lib = None
+    for ph, fut in members:
+        if lib is not None:
+            fut.set_result(lib)
+            continue
+        try:
+            fut.set_result(build.load_cpp(ph.source, ph.isa, ph.extra))
+        except BaseException as e:  # noqa: BLE001 - delivered by the placeholder's result()
+            fut.set_exception(e)
+
+
 class CppKernelFuture:
     """Placeholder for a kernel being compiled; :meth:`result` gives the ctypes function (with
     ``entry``: a function of the data pointers as ints that runs the entry; with ``whole``: the
     library)."""
 
-    __slots__ = ("name", "source", "isa", "_future", "_fn", "extra", "whole", "entry", "_ext")
+    __slots__ = ("name", "source", "isa", "_future", "_fn", "extra", "whole", "entry", "_ext", "_owner")
 
     def __init__(self, name: str, source: str, isa: str, future: Future, extra=(), whole=False, entry=None,
-                 ext=None):
+                 ext=None, owner=None):
         self.name, self.source, self.isa, self._future, self._fn = name, source, isa, future, None
         self.extra, self.whole = tuple(extra), whole   # whole: resolve to the library itself
         self.entry = entry    # an entry on a pointer array: resolve to a call of it with data pointers
         self._ext = ext       # the call extension's load, submitted next to the kernel's build
+        self._owner = owner   # the AsyncCompile whose batch (not yet submitted) holds this kernel
 
     def done(self) -> bool:
         return self._future.done()
@@ -138,6 +174,8 @@ class CppKernelFuture:
         A failure is raised as :class:`CppCompileError` naming the kernel."""
         if self._fn is not None:
             return self._fn
+        if self._owner is not None:    # still in its module's batch: submit the batch now
+            self._owner.flush()
         try:
             lib = self._future.result()
         except CppCompileError as e:
@@ -184,9 +222,43 @@ class CppKernelFuture:
 
 
 class AsyncCompile:
-    """Submit kernels with :meth:`cpp`, then resolve them all with :meth:`wait`."""
+    """Submit kernels with :meth:`cpp`, then resolve them all with :meth:`wait`.
+
+    **Batches**: the kernels of a Python wrapper (``cpp(..., entry=)``) that are not loaded yet
+    are held until :meth:`wait` (or until one is needed: :meth:`flush`).  If there are more of
+    them than pool workers, they are compiled as one translation unit per worker (kernels split
+    by source size, longest first onto the least-loaded unit, each unit in the wrapper's order),
+    so g++ starts, and parses stax_kernel.h, once per worker instead of once per kernel; a unit
+    that fails is rebuilt kernel by kernel, so the error names its kernel.  A unit is
+    content-addressed like a kernel: the same wrapper (a warm process) finds the same units."""
 
     _ext = None   # the call extension's load, submitted with this module's first entry kernel
+
+    def __init__(self):
+        self._batch: list = []     # (placeholder, its future) of the held entry kernels
+
+    def flush(self) -> None:
+        """Submit the held kernels: one build each when they are no more than the pool's workers,
+        else one translation unit per worker."""
+        batch, self._batch = self._batch, []
+        if not batch:
+            return
+        for ph, _ in batch:
+            ph._owner = None
+        n = compile_threads()
+        if len(batch) <= n or len({(ph.isa, ph.extra) for ph, _ in batch}) > 1:
+            for ph, fut in batch:
+                _chain(_get_pool(n).submit(build.load_cpp, ph.source, ph.isa, ph.extra), fut)
+            return
+        units, load = [[] for _ in range(n)], [0] * n
+        for k in sorted(range(len(batch)), key=lambda k: -len(batch[k][0].source)):
+            u = min(range(n), key=lambda j: (load[j], j))
+            units[u].append(k)
+            load[u] += len(batch[k][0].source)
+        for unit in units:
+            if unit:
+                members = [batch[k] for k in sorted(unit)]
+                _get_pool(n).submit(_build_unit, members)
 
     def cpp(self, source: str, name: str, *, extra=(), whole: bool = False, entry: str | None = None) -> CppKernelFuture:
         """Start compiling ``source`` (which defines ``extern "C" void <name>(...)``).
@@ -218,6 +290,10 @@ class AsyncCompile:
             codecache._count("build_hits")
             with span(f"cpp cache hit {name}", "compile", where="memory", key=key[:16]):
                 fut.set_result(lib)
+        elif entry is not None:    # a wrapper's kernel: held for a batch (flush)
+            ph = CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext, owner=self)
+            self._batch.append((ph, fut))
+            return ph
         else:
             fut = _get_pool(n).submit(build.load_cpp, source, isa, extra)
         return CppKernelFuture(name, source, isa, fut, extra, whole, entry, ext)
@@ -244,6 +320,7 @@ class AsyncCompile:
         """Replace every :class:`CppKernelFuture` value in ``scope`` (e.g. ``globals()``) by its
         compiled function.  Waits for all of them; the first failure is raised (naming the
         kernel), with the names of any other failed kernels appended."""
+        self.flush()
         pending = [(k, v) for k, v in list(scope.items()) if isinstance(v, CppKernelFuture)]
         for _ in _progress([ph._future for _, ph in pending], "tp.compile: kernels"):
             pass

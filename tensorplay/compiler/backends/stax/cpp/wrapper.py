@@ -168,7 +168,7 @@ def generate_cpp_wrapper(graph, sched, kernels, backend) -> tuple[str, set]:
     segments, plan = writer.segments, writer.plan
 
     tu = ['#include "stax_kernel.h"']
-    for kname, src, _ in kernels.values():
+    for kname, src in dict((k, s) for k, s, _ in kernels.values()).items():   # shared kernels once (reuse.py)
         tu.append(static_kernel(src, kname))
     tu += [s.cpp() for s in segments]
     checked = any("tp_report_error(" in t for t in tu)   # a kernel can fail at run time

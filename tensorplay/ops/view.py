@@ -116,6 +116,9 @@ register("movedim(Tensor self, int[] source, int[] destination) -> Tensor",
 register("contiguous(Tensor self) -> Tensor",
          lambda self: self.contiguous() if not self.is_contiguous() else self.view(self.shape),
          backward=lambda ctx, g: g, save=(), tags=MC + ("shape",), function=False)
+register("detach(Tensor self) -> Tensor", lambda self: self.detach(), tags=("nondifferentiable",),
+         method=False, function=False,
+         doc="The tensor cut from the autograd graph, sharing storage (Tensor.detach inside a captured program).")
 register("clone(Tensor self) -> Tensor", lambda self: self.clone(),
          backward=lambda ctx, g: g, save=(), tags=("pointwise",))
 register("_to_copy(Tensor self, *, ScalarType? dtype=None, Device? device=None, bool non_blocking=False) -> Tensor",
@@ -335,11 +338,12 @@ def _pad_kernel(self, pad, mode, value):
 
 
 def _pad_source_index(n, left, right, mode, device):
-    """For one padded dim: the input position each output position reads."""
-    j = torch.arange(-left, n + right, device=device)
+    """For one padded dim: the input position each output position reads (tp ops: a compiled
+    backward builds it in its graph, on the graph's device)."""
+    j = OPS["_arange"].fn(-left, n + right, 1, dtype=torch.int64, device=device)
     if mode == "reflect":
         j = j.abs()
-        j = torch.where(j >= n, 2 * (n - 1) - j, j)
+        j = OPS["where"].fn(j >= n, 2 * (n - 1) - j, j)
     elif mode == "replicate":
         j = j.clamp(0, n - 1)
     else:  # circular
@@ -354,7 +358,7 @@ def _pad_bwd(ctx, g):
     shape = list(ctx.self.shape)
     for k in range(len(p) // 2):
         d = len(shape) - 1 - k
-        idx = _wrap(_pad_source_index(shape[d], p[2 * k], p[2 * k + 1], ctx.mode, g.device))
+        idx = _pad_source_index(shape[d], p[2 * k], p[2 * k + 1], ctx.mode, g.device)
         cur = list(g.shape)
         cur[d] = shape[d]
         g = g.new_zeros(cur).index_add(d, idx, g)

@@ -485,3 +485,35 @@ def test_eval_of_a_submodule_or_closure_module_is_seen(how):
             torch.testing.assert_close(cf(y).torch(), m(y).torch(), rtol=1e-6, atol=1e-6)
     assert cf.counters["captures"] == 2
     assert "training flags expected (True, True, True), got (" in str(cf.recompile_reasons)
+
+
+@pytest.mark.parametrize("backend", ["eager", "aot_eager", "stax"])
+def test_detach_of_an_input_is_read_on_every_call(backend):
+    """x.detach() inside a compiled function is an op of the graph: later calls see their own x
+    (it was frozen at the capture run's value), and no gradient flows through it."""
+    f = tp.compile(lambda x: x.detach().mean(0) * 2 + x.sum(), backend=backend)
+    for _ in range(3):
+        xt = torch.randn(4, 3)
+        x = tp.from_torch(xt.clone()).requires_grad_()
+        y = f(x)
+        torch.testing.assert_close(y.torch(), xt.mean(0) * 2 + xt.sum())
+    y.sum().backward()
+    torch.testing.assert_close(x.grad.torch(), torch.full((4, 3), 3.0))
+
+
+@pytest.mark.parametrize("mode", ["reflect", "replicate", "circular"])
+def test_compiled_training_through_a_non_constant_pad(mode):
+    """pad's backward builds its source index with tp ops, so an AOT backward has it in its graph
+    (it was a meta constant: "Cannot copy out of meta tensor")."""
+    import tensorplay.nn.functional as F
+    w = tp.from_torch(torch.randn(1, 2, 5, 6)).requires_grad_()
+    loss = lambda w: (F.pad(F.interpolate(w, scale_factor=2), (2, 1, 1, 2), mode=mode) ** 2).sum()  # noqa: E731
+    f = tp.compile(loss, strict_native=True)
+    for _ in range(2):
+        w.grad = None
+        f(w).backward()
+    got = w.grad.torch().clone()
+    wt = w.torch().clone().requires_grad_()
+    (torch.nn.functional.pad(torch.nn.functional.interpolate(wt, scale_factor=2), (2, 1, 1, 2), mode=mode) ** 2
+     ).sum().backward()
+    torch.testing.assert_close(got, wt.grad)

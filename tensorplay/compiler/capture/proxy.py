@@ -112,6 +112,12 @@ class Proxy(Tensor):
     def __array__(self, dtype=None, copy=None):
         raise CaptureError(f"conversion to numpy of a traced tensor at {where()}: not capturable")
 
+    def detach(self):
+        # through the op table, so the graph records it: a detached input is read on every call,
+        # not frozen at the capture run's value
+        from ...ops.registry import OPS
+        return OPS["detach"].fn(self)
+
     def backward(self, *a, **k):
         raise CaptureError(f"backward() inside a compiled region at {where()} is not supported; call it on the "
                            f"compiled function's output")

@@ -159,7 +159,7 @@ def _realize(box):
 register_lowering("add")(pointwise(lambda a, b, alpha: ops.add(a, b) if alpha == 1 else ops.add(a, ops.mul(b, _c(alpha)))))
 register_lowering("sub")(pointwise(lambda a, b, alpha: ops.sub(a, b) if alpha == 1 else ops.sub(a, ops.mul(b, _c(alpha)))))
 register_lowering("square")(pointwise(lambda a: ops.mul(a, a)))
-register_lowering("positive", "clone", "contiguous", "alias")(pointwise(lambda a: a))
+register_lowering("positive", "clone", "contiguous", "alias", "detach")(pointwise(lambda a: a))
 
 
 @register_lowering("div")

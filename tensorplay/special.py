@@ -12,7 +12,7 @@ from .ops import OPS
 
 __all__ = ["entr", "ndtr", "ndtri", "log_ndtr", "erfcx", "xlog1py", "i0e", "i1", "i1e", "i0", "xlogy",
            "expit", "logit", "gammaln", "digamma", "psi", "polygamma", "multigammaln", "erf", "erfc", "erfinv",
-           "expm1", "exp2", "log1p", "sinc", "round", "logsumexp", "softmax", "log_softmax"]
+           "expm1", "exp2", "log1p", "sinc", "round", "logsumexp", "softmax", "log_softmax", "gammainc", "gammaincc"]
 
 _f = {name: OPS[name].fn for name in OPS}
 #: torch.special name -> op-table entry
@@ -21,7 +21,8 @@ _TABLE_NAMES = {"entr": "special_entr", "ndtr": "special_ndtr", "ndtri": "specia
                 "i0e": "special_i0e", "i1": "special_i1", "i1e": "special_i1e", "i0": "i0", "xlogy": "xlogy",
                 "expit": "sigmoid", "gammaln": "lgamma", "digamma": "digamma", "psi": "digamma",
                 "polygamma": "polygamma", "erf": "erf", "erfc": "erfc", "erfinv": "erfinv", "expm1": "expm1",
-                "exp2": "exp2", "log1p": "log1p", "sinc": "sinc", "logsumexp": "logsumexp"}
+                "exp2": "exp2", "log1p": "log1p", "sinc": "sinc", "logsumexp": "logsumexp",
+                "gammainc": "special_gammainc", "gammaincc": "special_gammaincc"}
 globals().update({name: _f[op] for name, op in _TABLE_NAMES.items()})
 
 

@@ -17,7 +17,7 @@ import numbers
 import torch
 
 from .registry import OPS, OpDef, call, get, register  # noqa: F401
-from . import factories, pointwise, reduction, view, sorting, linalg, ragged, nn_ops, functional_ops, special  # noqa: F401  (registration)
+from . import factories, pointwise, reduction, view, sorting, linalg, ragged, nn_ops, functional_ops, special, factorizations  # noqa: F401  (registration)
 from .._tensor import Tensor
 
 __all__ = ["OPS", "OpDef", "get", "register"]

@@ -5,7 +5,7 @@ What this module registers and guarantees:
 * **Pointwise special functions** (tag ``pointwise``): ``lgamma``, ``digamma``, ``polygamma``,
   ``mvlgamma``, ``erfinv``, ``acosh``/``asinh``/``atanh``, ``sinc``, ``xlogy``, ``logaddexp``,
   ``logaddexp2``, ``copysign``, ``nextafter``, ``heaviside`` and the ``special_*`` family
-  (``entr``, ``ndtr``, ``ndtri``, ``log_ndtr``, ``erfcx``, ``xlog1py``, the Bessel functions
+  (``gammainc``, ``gammaincc``, ``entr``, ``ndtr``, ``ndtri``, ``log_ndtr``, ``erfcx``, ``xlog1py``, the Bessel functions
   ``i0`` and ``special_i0e``/``i1``/``i1e``).  The kernel is ATen's function of the same name, so every result
   (dtype promotion of integer inputs included) is bit-identical to PyTorch's.  Derivatives are
   written in tp ops (they differentiate again) with PyTorch's values at the special points
@@ -79,6 +79,24 @@ def _mvlgamma_bwd(ctx, g):
 
 register("mvlgamma(Tensor self, int p) -> Tensor", backward=_mvlgamma_bwd, save=("self",), tags=P,
          doc="Multivariate log-gamma of dimension p >= 1 (defined for elements above (p - 1) / 2).")
+
+def _gammainc_bwd(sign):
+    def bwd(ctx, g):
+        a, x = ctx.self, ctx.other
+        if ctx.needs_input_grad[0]:
+            raise NotImplementedError("the derivative of the regularized incomplete gamma function with respect to "
+                                      "its first argument (a) is not implemented (as in PyTorch)")
+        d = (_fn("xlogy")(a - 1, x) - x - _fn("lgamma")(a)).exp()
+        return None, unbroadcast(g * d if sign > 0 else -(g * d), x)
+    return bwd
+
+
+register("special_gammainc(Tensor self, Tensor other) -> Tensor", "torch.special.gammainc",
+         backward=_gammainc_bwd(1), save=("self", "other"), tags=P, method=False, function=False,
+         doc="Regularized lower incomplete gamma P(a, x); differentiable in x.")
+register("special_gammaincc(Tensor self, Tensor other) -> Tensor", "torch.special.gammaincc",
+         backward=_gammainc_bwd(-1), save=("self", "other"), tags=P, method=False, function=False,
+         doc="Regularized upper incomplete gamma Q(a, x) = 1 - P(a, x); differentiable in x.")
 
 # ---- error function family --------------------------------------------------------------------------
 register("erfinv(Tensor self) -> Tensor",

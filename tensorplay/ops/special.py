@@ -222,14 +222,24 @@ R = ("random", "nondeterministic")
 
 def _standard_gamma_jvp(args, outs, tangents):
     t = tangents[0]
-    return None if t is None else t * OPS["_standard_gamma_grad"].fn(args[0], outs)
+    return None if t is None else t * OPS["_standard_gamma_grad"].fn(args[0], outs[0])
 
 
 register("_standard_gamma(Tensor self, Generator? generator=None) -> Tensor", "torch._standard_gamma",
          backward=lambda ctx, g: (g * OPS["_standard_gamma_grad"].fn(ctx.self, ctx.result)),
          jvp=_standard_gamma_jvp, save=("self", "result"), tags=R, method=False,
          doc="Gamma(concentration, 1) draws; the gradient is the implicit reparameterisation d sample / d alpha.")
+def _like_meta(*tensors):
+    """Meta of the samplers and their gradient kernels ATen has no meta for: the broadcast of the
+    inputs, in their dtype and the layout of a structured pointwise op."""
+    out = _to_meta(tensors[0])
+    for t in tensors[1:]:
+        out = torch.mul(out, _to_meta(t))
+    return out
+
+
 register("_standard_gamma_grad(Tensor self, Tensor output) -> Tensor", "torch._standard_gamma_grad", tags=ND,
+         meta=_like_meta,
          method=False, doc="d output / d alpha of a Gamma(alpha, 1) draw output, at fixed CDF value.")
 
 
@@ -244,17 +254,19 @@ def _dirichlet_jvp(args, outs, tangents):
     t = tangents[0]
     if t is None:
         return None
-    alpha = args[0]
-    d = OPS["_dirichlet_grad"].fn(outs, alpha, alpha.sum(-1, True).expand(alpha.shape)) * t
-    return d - outs * d.sum(-1, True)
+    alpha, x = args[0], outs[0]
+    d = OPS["_dirichlet_grad"].fn(x, alpha, alpha.sum(-1, True).expand(alpha.shape)) * t
+    return d - x * d.sum(-1, True)
 
 
 register("_sample_dirichlet(Tensor self, Generator? generator=None) -> Tensor", "torch._sample_dirichlet",
-         backward=_dirichlet_bwd, jvp=_dirichlet_jvp, save=("self", "result"), tags=R, method=False,
+         meta=lambda self, generator=None: _like_meta(self), backward=_dirichlet_bwd, jvp=_dirichlet_jvp, save=("self", "result"), tags=R, method=False,
          doc="Dirichlet(concentration) draws along the last dim, with the implicit reparameterisation gradient.")
 register("_dirichlet_grad(Tensor x, Tensor alpha, Tensor total) -> Tensor", "torch._dirichlet_grad", tags=ND,
+         meta=_like_meta,
          method=False, doc="d x / d alpha of Beta(alpha, total - alpha) draws x (Dirichlet's pathwise gradient).")
 register("poisson(Tensor self, Generator? generator=None) -> Tensor", "torch.poisson",
          tags=R + ("nondifferentiable",), method=False, doc="Poisson(rate) draws (float, like rate).")
 register("binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor", "torch.binomial",
+         meta=lambda count, prob, generator=None: _like_meta(count, prob),
          tags=R + ("nondifferentiable",), method=False, doc="Binomial(count, prob) draws (float).")

@@ -369,3 +369,41 @@ def test_enumerate_support_equals_torch():
         d, td = _pair(name, params)
         for expand in (True, False):
             assert_close(d.enumerate_support(expand), td.enumerate_support(expand), msg=name)
+
+
+@pytest.mark.slow
+def test_compiled_log_prob_kl_and_gamma_rsample_equal_eager():
+    """Distributions inside tp.compile: log_prob, entropy and KL are fused pointwise/reduction code (the
+    special functions in them fall back to ATen where Stax has no form); a later call equals eager, and
+    so does the gradient."""
+    loc, scale, v = real(8), pos(8, seed=1), real(5, 8, seed=2)
+    conc = pos(8, seed=3)
+
+    def f(loc, scale, conc, v):
+        p, q = D.Normal(loc, scale), D.Normal(loc * 0.5, scale + 1)
+        g = D.Gamma(conc, 2.0)
+        return (p.log_prob(v).sum() + D.kl_divergence(p, q).sum() + g.log_prob(v.abs() + 0.1).sum()
+                + D.Beta(conc, scale).entropy().sum())
+
+    cf = tp.compile(f)
+    args = [to_tp(loc, requires_grad=True), to_tp(scale, requires_grad=True), to_tp(conc, requires_grad=True)]
+    for _ in range(2):
+        for a in args:
+            a.grad = None
+        out = cf(*args, to_tp(v))
+        out.backward()
+    ea = [to_tp(x, requires_grad=True) for x in (loc, scale, conc)]
+    ref = f(*ea, to_tp(v))
+    ref.backward()
+    assert_close(out, ref, rtol=1e-9, atol=1e-9)
+    for a, e in zip(args, ea):
+        assert_close(a.grad, e.grad, rtol=1e-9, atol=1e-9)
+
+    def s(conc):
+        return D.Gamma(conc, 2.0).rsample((3,)) * 2 + 1
+    cs = tp.compile(s)
+    cs(to_tp(conc))
+    tp.manual_seed(7)
+    got = cs(to_tp(conc))
+    tp.manual_seed(7)
+    assert_close(got, s(to_tp(conc)))

@@ -2,6 +2,8 @@
 meta, gradients vs torch.autograd, gradcheck in float64, integer promotion, layouts, size 0, errors, compiled."""
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -147,6 +149,7 @@ def test_bad_input_names_the_op():
         tp.special.bessel_q
 
 
+@pytest.mark.slow
 def test_compiled_special_functions_equal_eager():
     """The special functions inside a compiled graph (fused with the pointwise ops around them where the
     backend has their form, ATen calls otherwise): a later call equals eager."""
@@ -164,6 +167,7 @@ def test_compiled_special_functions_equal_eager():
         assert_close(got, want, rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_compiled_special_functions_backward_equal_eager():
     x0 = _rand(6, low=0.2, high=0.8, seed=13)
 
@@ -177,3 +181,106 @@ def test_compiled_special_functions_backward_equal_eager():
     xe = to_tp(x0, requires_grad=True)
     loss(xe).backward()
     assert_close(x.grad, xe.grad, rtol=1e-5, atol=1e-6)
+
+
+def test_incomplete_gamma_values_and_gradient_in_x():
+    a, x = _rand(3, 4, low=0.5, high=4.0, seed=14), _rand(4, low=0.1, high=5.0, seed=15)
+    check_op(tp.special.gammainc, torch.special.gammainc, a, x, gradcheck=False, grad=False)
+    check_op(tp.special.gammaincc, torch.special.gammaincc, a, x, gradcheck=False, grad=False)
+    xd = to_tp(x.double(), requires_grad=True)
+    ad = to_tp(a.double())
+    assert tp.autograd.gradcheck(lambda x: tp.special.gammainc(ad, x), (xd,))
+    assert tp.autograd.gradcheck(lambda x: tp.special.gammaincc(ad, x), (xd,))
+    with pytest.raises(NotImplementedError, match="first argument"):
+        tp.special.gammainc(to_tp(a, requires_grad=True), to_tp(x)).sum().backward()
+
+
+def _same_seed(fn_tp, fn_torch, seed=3):
+    tp.manual_seed(seed)
+    got = fn_tp()
+    torch.manual_seed(seed)
+    return got, fn_torch()
+
+
+def test_samplers_draw_like_torch_and_reparameterise():
+    alpha = _rand(4, 3, low=0.5, high=3.0, seed=16, dtype=torch.float64)
+    a_tp, a_t = to_tp(alpha, requires_grad=True), alpha.clone().requires_grad_()
+    for op, top in (("_standard_gamma", torch._standard_gamma), ("_sample_dirichlet", torch._sample_dirichlet)):
+        a_tp.grad = None
+        a_t.grad = None
+        got, want = _same_seed(lambda: tp.ops.OPS[op].fn(a_tp), lambda: top(a_t))
+        assert_close(got, want.detach())
+        w = _rand(4, 3, seed=17, dtype=torch.float64)
+        (got * to_tp(w)).sum().backward()
+        # torch differentiates these draws only through torch.distributions (its implicit-gradient formulas)
+        ref = (torch._standard_gamma_grad(alpha, want.detach()) * w if op == "_standard_gamma" else
+               torch.distributions.dirichlet._Dirichlet_backward(want.detach(), alpha, w))
+        assert_close(a_tp.grad, ref, rtol=1e-12, atol=1e-12)
+    rate = _rand(5, low=0.5, high=6.0, seed=18)
+    got, want = _same_seed(lambda: tp.ops.OPS["poisson"].fn(to_tp(rate)), lambda: torch.poisson(rate))
+    assert_close(got, want)
+    n, p = torch.full((5,), 9.0), _rand(5, low=0.1, high=0.9, seed=19)
+    got, want = _same_seed(lambda: tp.ops.OPS["binomial"].fn(to_tp(n), to_tp(p)), lambda: torch.binomial(n, p))
+    assert_close(got, want)
+
+
+def test_sampler_forward_mode_matches_reverse():
+    """jvp of the draw (fixed noise) = the transposed reverse formula: <jvp(t), w> == <t, vjp(w)>."""
+    import tensorplay.autograd.forward_ad as fwAD
+    alpha = _rand(2, 5, low=0.5, high=3.0, seed=20, dtype=torch.float64)
+    t, w = to_tp(_rand(2, 5, seed=21, dtype=torch.float64)), to_tp(_rand(2, 5, seed=22, dtype=torch.float64))
+    for op in ("_standard_gamma", "_sample_dirichlet"):
+        tp.manual_seed(1)
+        with fwAD.dual_level():
+            val, tan = fwAD.unpack_dual(tp.ops.OPS[op].fn(fwAD.make_dual(to_tp(alpha), t)))
+        a = to_tp(alpha, requires_grad=True)
+        tp.manual_seed(1)
+        out = tp.ops.OPS[op].fn(a)
+        assert_close(out.detach(), val)
+        (out * w).sum().backward()
+        assert_close((tan * w).sum(), (t * a.grad).sum(), rtol=1e-10, atol=1e-12)
+
+
+def test_cholesky_and_triangular_solve_against_torch():
+    g = torch.Generator().manual_seed(22)
+    a = torch.randn(2, 4, 4, generator=g, dtype=torch.float64)
+    spd = a @ a.mT + 4 * torch.eye(4, dtype=torch.float64)
+    sym = lambda f: lambda x: f((x + x.mT) / 2)      # noqa: E731  (gradcheck perturbs both triangles)
+    check_op(sym(lambda x: tp.linalg_cholesky(x)), sym(torch.linalg.cholesky), spd)
+    check_op(sym(lambda x: tp.linalg_cholesky(x, upper=True)), sym(lambda x: torch.linalg.cholesky(x, upper=True)),
+             spd[0])
+    lo = torch.linalg.cholesky(spd)
+    b = torch.randn(3, 1, 4, 2, generator=g, dtype=torch.float64)       # broadcasting batch dims
+    for upper in (False, True):
+        for left in (True, False):
+            for unit in (False, True):
+                m = lo.mT if upper else lo
+                rhs = b if left else b.mT
+                check_op(lambda m, r: tp.linalg_solve_triangular(m, r, upper=upper, left=left, unitriangular=unit),
+                         lambda m, r: torch.linalg.solve_triangular(m, r, upper=upper, left=left,
+                                                                    unitriangular=unit), m, rhs, gradcheck=False)
+    check_op(lambda m, r: tp.linalg_solve_triangular(m, r, upper=False), lambda m, r: torch.linalg.solve_triangular(
+        m, r, upper=False), lo[0, :3, :3], b[0, 0, :3])
+    with pytest.raises(RuntimeError, match="tp.linalg_cholesky"):
+        tp.linalg_cholesky(to_tp(-spd))
+
+
+def test_lowered_special_functions_fuse_under_strict_native():
+    """xlogy, xlog1py, logaddexp(2), sinc, entr, ndtr, heaviside are Stax kernels (strict_native allows no
+    fallback), equal to eager within the backend's error model, special points included."""
+    x = torch.cat([_rand(30, low=-3.0, high=3.0, seed=23), torch.tensor([0.0, -0.0, math.inf, -math.inf, math.nan])])
+    y = torch.cat([_rand(30, low=0.1, high=4.0, seed=24), torch.tensor([0.0, 2.0, math.inf, -math.inf, 1.0])])
+    a, b = to_tp(x), to_tp(y)
+
+    def f(a, b):
+        return (tp.xlogy(a, b), tp.special.xlog1py(a, b), tp.logaddexp(a, b) * 2, tp.logaddexp2(a, b) + 1,
+                tp.sinc(a), tp.special.entr(b - 1), tp.special.ndtr(a), tp.heaviside(a, b))
+
+    cf = tp.compile(f, strict_native=True)
+    cf(a, b)
+    for got, want in zip(cf(a, b), f(a, b)):
+        assert_close(got, want, rtol=2e-6, atol=1e-6)
+    ia, ib = to_tp(torch.randint(-3, 4, (12,))), to_tp(torch.randint(-3, 4, (12,)))
+    ci = tp.compile(lambda a, b: tp.heaviside(a, b) * 3 + tp.sinc(a), strict_native=True)
+    ci(ia, ib)
+    assert_close(ci(ia, ib), tp.heaviside(ia, ib) * 3 + tp.sinc(ia), rtol=2e-6, atol=1e-6)

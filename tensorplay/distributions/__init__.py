@@ -2,14 +2,19 @@
 
 Families: Normal, LogNormal, Uniform, Laplace, Cauchy, Exponential, Gamma, Chi2, Beta, Dirichlet,
 StudentT, MultivariateNormal (continuous); Bernoulli, Categorical, OneHotCategorical, Binomial,
-Multinomial, Poisson, Geometric (discrete); Independent and TransformedDistribution (with Exp, Affine,
+Multinomial, Poisson, Geometric (discrete); the relaxed (Concrete) Bernoulli and one-hot
+categorical; Independent and TransformedDistribution (with Exp, Affine,
 Sigmoid, Tanh, Power and composed transforms) as combinators; ``kl_divergence``/``register_kl``.
 Guarantees: values (log_prob, cdf/icdf, entropy, moments, KL) equal PyTorch's on the same parameters;
 shapes follow ``sample_shape + batch_shape + event_shape``; ``rsample`` is differentiable through tp
 autograd; draws use the global generator seeded by ``tp.manual_seed``; parameters and values are
-validated like PyTorch's (``validate_args``, on by default).  See docs/distributions.md.
+validated like PyTorch's (``validate_args``, on by default).  PyTorch's per-family module paths
+(``torch.distributions.normal``, ``.relaxed_bernoulli``, ...) import the same classes.  See
+docs/distributions.md.
 """
 from __future__ import annotations
+
+import sys
 
 from . import constraints, transforms  # noqa: F401
 from .continuous import Beta, Cauchy, Chi2, Dirichlet, Exponential, Gamma, Laplace, Normal, StudentT, Uniform
@@ -17,6 +22,7 @@ from .discrete import Bernoulli, Binomial, Categorical, Geometric, Multinomial, 
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
 from .multivariate import Independent, MultivariateNormal
+from .relaxed import ExpRelaxedCategorical, LogitRelaxedBernoulli, RelaxedBernoulli, RelaxedOneHotCategorical
 from .transforms import (AffineTransform, ComposeTransform, ExpTransform, LogNormal, PowerTransform, SigmoidTransform,
                          TanhTransform, Transform, TransformedDistribution)
 
@@ -24,4 +30,19 @@ __all__ = ["Distribution", "Normal", "LogNormal", "Uniform", "Laplace", "Cauchy"
            "Beta", "Dirichlet", "StudentT", "MultivariateNormal", "Bernoulli", "Categorical", "OneHotCategorical",
            "Binomial", "Multinomial", "Poisson", "Geometric", "Independent", "TransformedDistribution", "Transform",
            "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "PowerTransform",
-           "ComposeTransform", "kl_divergence", "register_kl", "constraints", "transforms"]
+           "ComposeTransform", "LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical",
+           "RelaxedOneHotCategorical", "kl_divergence", "register_kl", "constraints", "transforms"]
+
+# PyTorch's module per family (``from torch.distributions.normal import Normal``): the same classes
+_TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "exponential", "gamma", "chi2", "beta",
+                                 "dirichlet", "studentT"),
+                  "discrete": ("bernoulli", "categorical", "one_hot_categorical", "binomial", "multinomial",
+                               "poisson", "geometric"),
+                  "multivariate": ("multivariate_normal", "independent"),
+                  "transforms": ("transformed_distribution", "log_normal"),
+                  "relaxed": ("relaxed_bernoulli", "relaxed_categorical"),
+                  "kl": (), "utils": (), "distribution": ()}
+for _mod, _aliases in _TORCH_MODULES.items():
+    for _alias in _aliases:
+        sys.modules[f"{__name__}.{_alias}"] = sys.modules[f"{__name__}.{_mod}"]
+        globals()[_alias] = sys.modules[f"{__name__}.{_mod}"]

@@ -18,7 +18,7 @@ import tensorplay as tp
 import tensorplay.nn.functional as F
 
 from . import constraints
-from .continuous import _nan_like, _Params
+from .continuous import _Params
 from .distribution import Distribution
 from .utils import broadcast_all, lazy_property, logits_to_probs, probs_to_logits
 
@@ -33,7 +33,19 @@ def _one_param(probs, logits):
     return ("probs", probs) if probs is not None else ("logits", logits)
 
 
-class _ProbsOrLogits(_Params):
+class _BinaryParams:
+    """``probs`` and ``logits`` of a binary event, each computed from the other on first use."""
+
+    @lazy_property
+    def logits(self):
+        return probs_to_logits(self.probs, is_binary=True)
+
+    @lazy_property
+    def probs(self):
+        return logits_to_probs(self.logits, is_binary=True)
+
+
+class _ProbsOrLogits(_BinaryParams, _Params):
     """Binary-parameter families (Bernoulli, Geometric, Binomial): ``probs`` or ``logits`` broadcast
     with the other parameters; the missing one is a lazy property."""
     _binary = True
@@ -48,14 +60,6 @@ class _ProbsOrLogits(_Params):
         new = self._get_checked_instance(type(self), _instance)
         new._given, new._params = self._given, self._params
         return super().expand(batch_shape, new)
-
-    @lazy_property
-    def logits(self):
-        return probs_to_logits(self.probs, is_binary=True)
-
-    @lazy_property
-    def probs(self):
-        return logits_to_probs(self.logits, is_binary=True)
 
     @property
     def param_shape(self):
@@ -286,18 +290,23 @@ class _OneHot(constraints.Constraint):
         return ((value == 0) | (value == 1)).all(-1) & (value.sum(-1) == 1)
 
 
-class OneHotCategorical(Distribution):
-    arg_constraints = {"probs": constraints.simplex, "logits": constraints.independent(constraints.real, 1)}
-    support = _OneHot()
-    has_enumerate_support = True
+class _OverCategorical(Distribution):
+    """Distributions over the events of a Categorical (one-hot, counts, relaxed): batch shape that of
+    the Categorical, event shape its number of events; ``_kept`` names the attributes ``expand``
+    carries over unchanged (total_count, temperature)."""
+    _kept: tuple = ()
 
-    def __init__(self, probs=None, logits=None, validate_args=None):
-        self._categorical = Categorical(probs, logits)
-        super().__init__(self._categorical.batch_shape, self._categorical.param_shape[-1:],
-                         validate_args=validate_args)
+    def _init_over(self, probs, logits, validate_args, **kept):
+        for k, v in kept.items():
+            setattr(self, k, v)
+        self._categorical = Categorical(probs=probs, logits=logits)
+        Distribution.__init__(self, self._categorical.batch_shape, self._categorical.param_shape[-1:],
+                              validate_args=validate_args)
 
     def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(OneHotCategorical, _instance)
+        new = self._get_checked_instance(type(self), _instance)
+        for k in self._kept:
+            setattr(new, k, getattr(self, k))
         new._categorical = self._categorical.expand(batch_shape)
         Distribution.__init__(new, torch.Size(batch_shape), self.event_shape, validate_args=False)
         new._validate_args = self._validate_args
@@ -306,6 +315,16 @@ class OneHotCategorical(Distribution):
     probs = property(lambda self: self._categorical.probs)
     logits = property(lambda self: self._categorical.logits)
     param_shape = property(lambda self: self._categorical.param_shape)
+
+
+class OneHotCategorical(_OverCategorical):
+    arg_constraints = {"probs": constraints.simplex, "logits": constraints.independent(constraints.real, 1)}
+    support = _OneHot()
+    has_enumerate_support = True
+
+    def __init__(self, probs=None, logits=None, validate_args=None):
+        self._init_over(probs, logits, validate_args)
+
     mean = property(lambda self: self._categorical.probs)
     variance = property(lambda self: self._categorical.probs * (1 - self._categorical.probs))
 
@@ -332,32 +351,19 @@ class OneHotCategorical(Distribution):
         return values.expand((n,) + tuple(self.batch_shape) + (n,)) if expand else values
 
 
-class Multinomial(Distribution):
+class Multinomial(_OverCategorical):
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.independent(constraints.real, 1)}
+    _kept = ("total_count",)
 
     def __init__(self, total_count=1, probs=None, logits=None, validate_args=None):
         if not isinstance(total_count, int):
             raise NotImplementedError("inhomogeneous total_count is not supported")
-        self.total_count = total_count
-        self._categorical = Categorical(probs=probs, logits=logits)
-        super().__init__(self._categorical.batch_shape, self._categorical.param_shape[-1:],
-                         validate_args=validate_args)
-
-    def expand(self, batch_shape, _instance=None):
-        new = self._get_checked_instance(Multinomial, _instance)
-        new.total_count = self.total_count
-        new._categorical = self._categorical.expand(batch_shape)
-        Distribution.__init__(new, torch.Size(batch_shape), self.event_shape, validate_args=False)
-        new._validate_args = self._validate_args
-        return new
+        self._init_over(probs, logits, validate_args, total_count=total_count)
 
     @constraints.dependent_property(is_discrete=True, event_dim=1)
     def support(self):
         return constraints.multinomial(self.total_count)
 
-    probs = property(lambda self: self._categorical.probs)
-    logits = property(lambda self: self._categorical.logits)
-    param_shape = property(lambda self: self._categorical.param_shape)
     mean = property(lambda self: self.probs * self.total_count)
     variance = property(lambda self: self.total_count * self.probs * (1 - self.probs))
 

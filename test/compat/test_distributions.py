@@ -407,3 +407,41 @@ def test_compiled_log_prob_kl_and_gamma_rsample_equal_eager():
     got = cs(to_tp(conc))
     tp.manual_seed(7)
     assert_close(got, s(to_tp(conc)))
+
+
+@pytest.mark.parametrize("name", ["LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical",
+                                  "RelaxedOneHotCategorical"])
+def test_relaxed_distributions_equal_torch(name):
+    cat = "Categorical" in name
+    temp = torch.tensor(0.7, dtype=torch.float64)
+    par = real(2, 4) if cat else real(3)
+    t_t, t_p = temp.clone().requires_grad_(), to_tp(temp, requires_grad=True)
+    l_t, l_p = par.clone().requires_grad_(), to_tp(par, requires_grad=True)
+    tmod = TD.relaxed_categorical if cat else TD.relaxed_bernoulli
+    d, td = getattr(D, name)(t_p, logits=l_p), getattr(tmod, name)(t_t, logits=l_t)
+    assert d.batch_shape == td.batch_shape and d.event_shape == td.event_shape
+    tp.manual_seed(6)
+    x = d.rsample((5,))
+    torch.manual_seed(6)
+    tx = td.rsample((5,))
+    assert_close(x, tx.detach(), rtol=1e-10, atol=1e-12)
+    lp, tlp = d.log_prob(x.detach()), td.log_prob(tx.detach())
+    assert_close(lp, tlp, rtol=1e-9, atol=1e-10)
+    w = real(*tx.shape, seed=3)
+    ((x * to_tp(w)).sum() + lp.sum()).backward()
+    ((tx * w).sum() + tlp.sum()).backward()
+    assert_close(l_p.grad, l_t.grad, rtol=1e-8, atol=1e-10)
+    assert_close(t_p.grad, t_t.grad, rtol=1e-8, atol=1e-10)
+    e, te = d.expand((3,) + tuple(d.batch_shape)), td.expand((3,) + tuple(td.batch_shape))
+    assert e.batch_shape == te.batch_shape and tuple(e.sample().shape) == tuple(te.sample().shape)
+    probs = simplex(2, 4) if cat else unit(3)
+    assert_close(getattr(D, name)(to_tp(temp), probs=to_tp(probs)).logits,
+                 getattr(tmod, name)(temp, probs=probs).logits, rtol=1e-10, atol=1e-12)
+
+
+def test_torch_module_paths_import_the_same_classes():
+    from tensorplay.distributions.normal import Normal
+    from tensorplay.distributions.relaxed_bernoulli import LogitRelaxedBernoulli
+    import tensorplay.distributions.multivariate_normal as mvn
+    assert Normal is D.Normal and LogitRelaxedBernoulli is D.LogitRelaxedBernoulli
+    assert mvn.MultivariateNormal is D.MultivariateNormal and D.kl.kl_divergence is D.kl_divergence

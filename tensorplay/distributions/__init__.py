@@ -3,7 +3,8 @@
 Families: Normal, LogNormal, Uniform, Laplace, Cauchy, Exponential, Gamma, Chi2, Beta, Dirichlet,
 StudentT, MultivariateNormal (continuous); Bernoulli, Categorical, OneHotCategorical, Binomial,
 Multinomial, Poisson, Geometric (discrete); the relaxed (Concrete) Bernoulli and one-hot
-categorical; Independent and TransformedDistribution (with Exp, Affine,
+categorical; HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, NegativeBinomial,
+MixtureSameFamily; Independent and TransformedDistribution (with Exp, Affine,
 Sigmoid, Tanh, Power and composed transforms) as combinators; ``kl_divergence``/``register_kl``.
 Guarantees: values (log_prob, cdf/icdf, entropy, moments, KL) equal PyTorch's on the same parameters;
 shapes follow ``sample_shape + batch_shape + event_shape``; ``rsample`` is differentiable through tp
@@ -19,6 +20,8 @@ import sys
 from . import constraints, transforms  # noqa: F401
 from .continuous import Beta, Cauchy, Chi2, Dirichlet, Exponential, Gamma, Laplace, Normal, StudentT, Uniform
 from .discrete import Bernoulli, Binomial, Categorical, Geometric, Multinomial, OneHotCategorical, Poisson
+from .derived import (AbsTransform, Gumbel, HalfCauchy, HalfNormal, MixtureSameFamily, NegativeBinomial, Pareto,
+                      Weibull)
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
 from .multivariate import Independent, MultivariateNormal
@@ -31,7 +34,8 @@ __all__ = ["Distribution", "Normal", "LogNormal", "Uniform", "Laplace", "Cauchy"
            "Binomial", "Multinomial", "Poisson", "Geometric", "Independent", "TransformedDistribution", "Transform",
            "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "PowerTransform",
            "ComposeTransform", "LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical",
-           "RelaxedOneHotCategorical", "kl_divergence", "register_kl", "constraints", "transforms"]
+           "RelaxedOneHotCategorical", "HalfNormal", "HalfCauchy", "Gumbel", "Weibull", "Pareto",
+           "NegativeBinomial", "MixtureSameFamily", "AbsTransform", "kl_divergence", "register_kl", "constraints", "transforms"]
 
 # PyTorch's module per family (``from torch.distributions.normal import Normal``): the same classes
 _TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "exponential", "gamma", "chi2", "beta",
@@ -41,6 +45,8 @@ _TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "expo
                   "multivariate": ("multivariate_normal", "independent"),
                   "transforms": ("transformed_distribution", "log_normal"),
                   "relaxed": ("relaxed_bernoulli", "relaxed_categorical"),
+                  "derived": ("half_normal", "half_cauchy", "gumbel", "weibull", "pareto", "negative_binomial",
+                              "mixture_same_family"),
                   "kl": (), "utils": (), "distribution": ()}
 for _mod, _aliases in _TORCH_MODULES.items():
     for _alias in _aliases:

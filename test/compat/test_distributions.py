@@ -81,6 +81,18 @@ CASES = {
                           lambda d: torch.nn.functional.one_hot(torch.randint(0, 5, (4, 2), generator=_g(7)),
                                                                 5).double(),
                           ("mean", "mode", "variance", "entropy")),
+    "HalfNormal": (lambda: dict(scale=pos(3)), lambda d: pos(4, 3, seed=7),
+                   ("mean", "mode", "variance", "entropy", "cdf", "icdf")),
+    "HalfCauchy": (lambda: dict(scale=pos(3)), lambda d: pos(4, 3, seed=7), ("mode", "entropy", "cdf", "icdf")),
+    "Gumbel": (lambda: dict(loc=real(3), scale=pos(3, seed=1)), lambda d: real(4, 3, seed=7),
+               ("mean", "mode", "variance", "stddev", "entropy")),
+    "Weibull": (lambda: dict(scale=pos(3), concentration=pos(3, seed=1, lo=0.8)), lambda d: pos(4, 3, seed=7),
+                ("mean", "mode", "variance", "entropy")),
+    "Pareto": (lambda: dict(scale=pos(3), alpha=pos(3, seed=1, lo=4.5, hi=6.0)), lambda d: d.sample((4,)),
+               ("mean", "mode", "variance", "entropy")),
+    "NegativeBinomial": (lambda: dict(total_count=pos(3, lo=1.0, hi=6.0), probs=unit(3, seed=1) * 0.8),
+                         lambda d: torch.randint(0, 8, (4, 3), generator=_g(7)).double(),
+                         ("mean", "mode", "variance")),
     "Multinomial": (lambda: dict(total_count=6, probs=simplex(2, 4)),
                     lambda d: TD.Multinomial(6, probs=simplex(2, 4)).sample((4,)), ("mean", "variance", "entropy")),
 }
@@ -135,7 +147,7 @@ def test_sample_shapes_and_expand(name):
 
 STAT_CASES = ["Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT", "LogNormal",
               "MultivariateNormal", "Bernoulli", "Geometric", "Binomial", "Poisson", "OneHotCategorical", "Multinomial",
-              "Chi2"]
+              "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "NegativeBinomial"]
 
 
 @pytest.mark.parametrize("name", STAT_CASES)
@@ -148,7 +160,7 @@ def test_sample_mean_and_variance_within_standard_errors(name):
     mean, var = td.mean, td.variance
     se_mean = (var / n).sqrt()
     assert ((s.mean(0) - mean).abs() <= 5 * se_mean + 1e-12).all(), name
-    if name not in ("LogNormal", "StudentT"):       # heavy tails: the fourth moment is large or infinite
+    if name not in ("LogNormal", "StudentT", "Pareto"):       # heavy tails: the fourth moment is large or infinite
         m4 = ((s - mean) ** 4).mean(0)
         se_var = ((m4 - var ** 2) / n).sqrt()
         assert ((s.var(0) - var).abs() <= 5 * se_var + 1e-12).all(), name
@@ -170,7 +182,8 @@ def test_cauchy_and_categorical_samples_follow_their_cdf():
 def test_samples_equal_torch_after_the_same_seed():
     """The draws use the global generator the way torch.distributions does: same seed, same numbers."""
     for name in ("Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT",
-                 "MultivariateNormal", "Bernoulli", "Poisson", "Binomial", "Categorical"):
+                 "MultivariateNormal", "Bernoulli", "Poisson", "Binomial", "Categorical", "HalfNormal", "HalfCauchy",
+                 "Gumbel", "Weibull", "Pareto", "NegativeBinomial"):
         params = CASES[name][0]()
         d, td = _pair(name, params)
         tp.manual_seed(5)
@@ -181,7 +194,7 @@ def test_samples_equal_torch_after_the_same_seed():
 
 
 RSAMPLE = ["Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT", "LogNormal",
-           "MultivariateNormal", "Chi2"]
+           "MultivariateNormal", "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto"]
 
 
 @pytest.mark.parametrize("name", RSAMPLE)
@@ -445,3 +458,35 @@ def test_torch_module_paths_import_the_same_classes():
     import tensorplay.distributions.multivariate_normal as mvn
     assert Normal is D.Normal and LogitRelaxedBernoulli is D.LogitRelaxedBernoulli
     assert mvn.MultivariateNormal is D.MultivariateNormal and D.kl.kl_divergence is D.kl_divergence
+
+
+@pytest.mark.parametrize("event", [False, True])
+def test_mixture_same_family_equals_torch(event):
+    logits = real(2, 3)
+    loc, scale = (real(2, 3, 4), pos(2, 3, 4, seed=1)) if event else (real(2, 3), pos(2, 3, seed=1))
+
+    def build(M, lib_loc, lib_scale, lib_logits):
+        comp = M.Normal(lib_loc, lib_scale)
+        comp = M.Independent(comp, 1) if event else comp
+        return M.MixtureSameFamily(M.Categorical(logits=lib_logits), comp)
+    lg_p, lg_t = to_tp(logits, requires_grad=True), logits.clone().requires_grad_()
+    d, td = build(D, to_tp(loc), to_tp(scale), lg_p), build(TD, loc, scale, lg_t)
+    assert d.batch_shape == td.batch_shape and d.event_shape == td.event_shape
+    v = real(*((5, 2, 4) if event else (5, 2)), seed=3)
+    lp, tlp = d.log_prob(to_tp(v)), td.log_prob(v)
+    assert_close(lp, tlp, rtol=1e-10, atol=1e-10)
+    lp.sum().backward()
+    tlp.sum().backward()
+    assert_close(lg_p.grad, lg_t.grad, rtol=1e-9, atol=1e-10)
+    assert_close(d.mean, td.mean, rtol=1e-10, atol=1e-10)
+    assert_close(d.variance, td.variance, rtol=1e-10, atol=1e-10)
+    if not event:
+        assert_close(d.cdf(to_tp(v)), td.cdf(v), rtol=1e-10, atol=1e-10)
+    tp.manual_seed(8)
+    s = d.sample((6,))
+    torch.manual_seed(8)
+    assert_close(s, td.sample((6,)))
+    e, te = d.expand((3, 2)), td.expand((3, 2))
+    assert e.batch_shape == te.batch_shape and tuple(e.sample((2,)).shape) == tuple(te.sample((2,)).shape)
+    with pytest.raises(ValueError, match="does not equal"):
+        D.MixtureSameFamily(D.Categorical(logits=to_tp(real(2, 4))), D.Normal(to_tp(real(2, 3)), to_tp(pos(2, 3))))

@@ -1,0 +1,319 @@
+"""Distributions built from the others: HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto (transforms of
+a base distribution), NegativeBinomial (a Gamma-Poisson mixture) and MixtureSameFamily.
+
+PyTorch's parameterisations, constraints and formulas: values equal ``torch.distributions``.  The
+transformed ones sample by transforming their base's draws (so ``rsample`` is reparameterised) and
+score by the change-of-variables formula, except where PyTorch writes ``log_prob`` out (HalfNormal,
+HalfCauchy and Gumbel: the same closed forms here).  ``MixtureSameFamily(mixture, components)`` mixes
+the components along their rightmost batch dim with a Categorical's weights; ``log_prob`` is a
+logsumexp over the components, ``sample`` picks each draw's component (no ``rsample``).
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+
+import tensorplay as tp
+
+from . import constraints
+from .continuous import Cauchy, Exponential, Gamma, Normal, Uniform
+from .discrete import Categorical, _ProbsOrLogits
+from .distribution import Distribution
+from .transforms import AffineTransform, ExpTransform, PowerTransform, Transform, TransformedDistribution
+from .utils import broadcast_all
+
+__all__ = ["AbsTransform", "HalfNormal", "HalfCauchy", "Gumbel", "Weibull", "Pareto", "NegativeBinomial",
+           "MixtureSameFamily"]
+
+_EULER = 0.57721566490153286060
+
+
+class AbsTransform(Transform):
+    bijective = False
+    codomain = constraints.positive
+
+    def _call(self, x):
+        return x.abs()
+
+    def _inverse(self, y):
+        return y
+
+
+class _Half(TransformedDistribution):
+    """|X| for a base X symmetric about 0: twice the base density on [0, inf)."""
+    support = constraints.nonnegative
+    has_rsample = True
+
+    def _init_half(self, base, validate_args):
+        TransformedDistribution.__init__(self, base, AbsTransform(), validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        return super().expand(batch_shape, self._get_checked_instance(type(self), _instance))
+
+    scale = property(lambda self: self.base_dist.scale)
+    mode = property(lambda self: tp.zeros_like(self.scale))
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        lp = self.base_dist.log_prob(value) + math.log(2)
+        return tp.where(value >= 0, lp, -math.inf)
+
+    def cdf(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        return 2 * self.base_dist.cdf(value) - 1
+
+    def icdf(self, prob):
+        return self.base_dist.icdf((prob + 1) / 2)
+
+    def entropy(self):
+        return self.base_dist.entropy() - math.log(2)
+
+
+class HalfNormal(_Half):
+    arg_constraints = {"scale": constraints.positive}
+
+    def __init__(self, scale, validate_args=None):
+        self._init_half(Normal(0, scale, validate_args=False), validate_args)
+
+    mean = property(lambda self: self.scale * math.sqrt(2 / math.pi))
+    variance = property(lambda self: self.scale.pow(2) * (1 - 2 / math.pi))
+
+
+class HalfCauchy(_Half):
+    arg_constraints = {"scale": constraints.positive}
+
+    def __init__(self, scale, validate_args=None):
+        self._init_half(Cauchy(0, scale, validate_args=False), validate_args)
+
+    mean = property(lambda self: tp.full(tuple(self._batch_shape), math.inf, dtype=self.scale.dtype))
+    variance = mean
+
+
+class Gumbel(TransformedDistribution):
+    arg_constraints = {"loc": constraints.real, "scale": constraints.positive}
+    support = constraints.real
+    has_rsample = True
+
+    def __init__(self, loc, scale, validate_args=None):
+        self.loc, self.scale = broadcast_all(loc, scale)
+        fi = torch.finfo(self.loc.dtype)
+        base = Uniform(tp.full_like(self.loc, fi.tiny), tp.full_like(self.loc, 1 - fi.eps), validate_args=validate_args)
+        transforms = [ExpTransform().inv, AffineTransform(0, -tp.ones_like(self.scale)), ExpTransform().inv,
+                      AffineTransform(self.loc, -self.scale)]
+        super().__init__(base, transforms, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Gumbel, _instance)
+        new.loc, new.scale = self.loc.expand(batch_shape), self.scale.expand(batch_shape)
+        return super().expand(batch_shape, new)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        y = (self.loc - value) / self.scale
+        return (y - y.exp()) - self.scale.log()
+
+    mean = property(lambda self: self.loc + self.scale * _EULER)
+    mode = property(lambda self: self.loc)
+    stddev = property(lambda self: (math.pi / math.sqrt(6)) * self.scale)
+    variance = property(lambda self: self.stddev.pow(2))
+
+    def entropy(self):
+        return self.scale.log() + (1 + _EULER)
+
+
+class Weibull(TransformedDistribution):
+    arg_constraints = {"scale": constraints.positive, "concentration": constraints.positive}
+    support = constraints.positive
+    has_rsample = True
+
+    def __init__(self, scale, concentration, validate_args=None):
+        self.scale, self.concentration = broadcast_all(scale, concentration)
+        self.concentration_reciprocal = self.concentration.reciprocal()
+        base = Exponential(tp.ones_like(self.scale), validate_args=validate_args)
+        transforms = [PowerTransform(exponent=self.concentration_reciprocal), AffineTransform(loc=0, scale=self.scale)]
+        super().__init__(base, transforms, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Weibull, _instance)
+        new.scale, new.concentration = self.scale.expand(batch_shape), self.concentration.expand(batch_shape)
+        new.concentration_reciprocal = new.concentration.reciprocal()
+        base = self.base_dist.expand(batch_shape)
+        transforms = [PowerTransform(exponent=new.concentration_reciprocal), AffineTransform(loc=0, scale=new.scale)]
+        TransformedDistribution.__init__(new, base, transforms, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    mean = property(lambda self: self.scale * tp.lgamma(1 + self.concentration_reciprocal).exp())
+
+    @property
+    def mode(self):
+        c = self.concentration
+        return self.scale * ((c - 1) / c) ** c.reciprocal()
+
+    @property
+    def variance(self):
+        r = self.concentration_reciprocal
+        return self.scale.pow(2) * (tp.lgamma(1 + 2 * r).exp() - (2 * tp.lgamma(1 + r)).exp())
+
+    def entropy(self):
+        return _EULER * (1 - self.concentration_reciprocal) + (self.scale * self.concentration_reciprocal).log() + 1
+
+
+class Pareto(TransformedDistribution):
+    arg_constraints = {"alpha": constraints.positive, "scale": constraints.positive}
+
+    def __init__(self, scale, alpha, validate_args=None):
+        self.scale, self.alpha = broadcast_all(scale, alpha)
+        base = Exponential(self.alpha, validate_args=validate_args)
+        super().__init__(base, [ExpTransform(), AffineTransform(loc=0, scale=self.scale)], validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Pareto, _instance)
+        new.scale, new.alpha = self.scale.expand(batch_shape), self.alpha.expand(batch_shape)
+        base = self.base_dist.expand(batch_shape)
+        TransformedDistribution.__init__(new, base, [ExpTransform(), AffineTransform(loc=0, scale=new.scale)],
+                                         validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @constraints.dependent_property(is_discrete=False, event_dim=0)
+    def support(self):
+        return constraints.greater_than_eq(self.scale)
+
+    @property
+    def mean(self):
+        a = self.alpha.clamp(min=1)
+        return a * self.scale / (a - 1)
+
+    mode = property(lambda self: self.scale)
+
+    @property
+    def variance(self):
+        a = self.alpha.clamp(min=2)
+        return self.scale.pow(2) * a / ((a - 1).pow(2) * (a - 2))
+
+    def entropy(self):
+        return (self.scale / self.alpha).log() + (1 + self.alpha.reciprocal())
+
+
+class NegativeBinomial(_ProbsOrLogits):
+    arg_constraints = {"total_count": constraints.greater_than_eq(0), "probs": constraints.half_open_interval(0.0, 1.0),
+                       "logits": constraints.real}
+    support = constraints.nonnegative_integer
+
+    def __init__(self, total_count, probs=None, logits=None, validate_args=None):
+        self._init_pl(probs, logits, {"total_count": total_count}, validate_args)
+        self.total_count = self.total_count.type_as(getattr(self, self._given))
+
+    mean = property(lambda self: self.total_count * self.logits.exp())
+    mode = property(lambda self: ((self.total_count - 1) * self.logits.exp()).floor().clamp(min=0.0))
+    variance = property(lambda self: self.mean / (-self.logits).sigmoid())
+
+    def sample(self, sample_shape=torch.Size()):
+        with tp.no_grad():
+            rate = Gamma(self.total_count, (-self.logits).exp(), validate_args=False).sample(sample_shape)
+            return tp.ops.OPS["poisson"].fn(rate)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        logsig = tp.nn.functional.logsigmoid
+        n = self.total_count
+        log_unnormalized = n * logsig(-self.logits) + value * logsig(self.logits)
+        log_norm = -tp.lgamma(n + value) + tp.lgamma(1.0 + value) + tp.lgamma(n)
+        log_norm = tp.where(n + value == 0.0, 0.0, log_norm)
+        return log_unnormalized - log_norm
+
+
+class MixtureSameFamily(Distribution):
+    arg_constraints: dict = {}
+    has_rsample = False
+
+    def __init__(self, mixture_distribution, component_distribution, validate_args=None):
+        if not isinstance(mixture_distribution, Categorical):
+            raise ValueError(" The Mixture distribution needs to be an instance of torch.distributions.Categorical")
+        if not isinstance(component_distribution, Distribution):
+            raise ValueError("The Component distribution need to be an instance of torch.distributions.Distribution")
+        mbs, cbs = mixture_distribution.batch_shape, component_distribution.batch_shape[:-1]
+        for a, b in zip(reversed(mbs), reversed(cbs)):
+            if a != 1 and b != 1 and a != b:
+                raise ValueError(f"`mixture_distribution.batch_shape` ({mbs}) is not compatible with "
+                                 f"`component_distribution.batch_shape`({cbs})")
+        k = mixture_distribution.logits.shape[-1]
+        if k != component_distribution.batch_shape[-1]:
+            raise ValueError(f"`mixture_distribution component` ({k}) does not equal `component_distribution."
+                             f"batch_shape[-1]` ({component_distribution.batch_shape[-1]})")
+        self._mixture_distribution = mixture_distribution
+        self._component_distribution = component_distribution
+        self._num_component = k
+        self._event_ndims = len(component_distribution.event_shape)
+        super().__init__(cbs, component_distribution.event_shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        batch_shape = torch.Size(batch_shape)
+        comp = self._component_distribution.expand(batch_shape + (self._num_component,))
+        mix = self._mixture_distribution.expand(batch_shape)
+        new = self._get_checked_instance(MixtureSameFamily, _instance)
+        MixtureSameFamily.__init__(new, mix, comp, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @constraints.dependent_property
+    def support(self):
+        return self._component_distribution.support
+
+    mixture_distribution = property(lambda self: self._mixture_distribution)
+    component_distribution = property(lambda self: self._component_distribution)
+
+    def _pad_mixture_dims(self, x):
+        dist_batch_ndims = len(self.batch_shape)
+        cat_batch_ndims = len(self._mixture_distribution.batch_shape)
+        pad = 0 if cat_batch_ndims == 1 else dist_batch_ndims - cat_batch_ndims
+        shape = tuple(x.shape)
+        return x.reshape(shape[:-1] + (1,) * pad + shape[-1:] + (1,) * self._event_ndims)
+
+    def _pad(self, x):
+        return x.unsqueeze(-1 - self._event_ndims)
+
+    @property
+    def mean(self):
+        probs = self._pad_mixture_dims(self._mixture_distribution.probs)
+        return (probs * self._component_distribution.mean).sum(-1 - self._event_ndims)
+
+    @property
+    def variance(self):
+        probs = self._pad_mixture_dims(self._mixture_distribution.probs)
+        d = -1 - self._event_ndims
+        mean_cond_var = (probs * self._component_distribution.variance).sum(d)
+        var_cond_mean = (probs * (self._component_distribution.mean - self._pad(self.mean)).pow(2.0)).sum(d)
+        return mean_cond_var + var_cond_mean
+
+    def cdf(self, x):
+        x = self._pad(x)
+        cdf_x = self._component_distribution.cdf(x)
+        return (cdf_x * self._mixture_distribution.probs).sum(-1)
+
+    def log_prob(self, x):
+        if self._validate_args:
+            self._validate_sample(x)
+        x = self._pad(x)
+        log_prob_x = self._component_distribution.log_prob(x)
+        log_mix_prob = self._mixture_distribution.logits.log_softmax(-1)
+        return (log_prob_x + log_mix_prob).logsumexp(-1)
+
+    def sample(self, sample_shape=torch.Size()):
+        sample_shape = torch.Size(sample_shape)
+        n, b, es = len(sample_shape), tuple(self.batch_shape), tuple(self.event_shape)
+        with tp.no_grad():
+            mix_sample = self._mixture_distribution.sample(sample_shape)
+            comp_samples = self._component_distribution.sample(sample_shape)
+            # each draw's component index, broadcast over the batch and event dims, picks its sample
+            pad = len(b) - len(self._mixture_distribution.batch_shape)
+            ms = tuple(mix_sample.shape)
+            idx = mix_sample.reshape(ms[:n] + (1,) * pad + ms[n:] + (1,) * (1 + len(es)))
+            idx = idx.expand(tuple(sample_shape) + b + (1,) + es)
+            return comp_samples.gather(n + len(b), idx).squeeze(n + len(b))

@@ -4,8 +4,8 @@
 pairs that ``(type(p), type(q))`` are subclasses of, the most specific one (PyTorch's rule: the
 minimum by subclass order, ambiguity warned about), caching the choice.  A pair without a rule
 raises ``NotImplementedError``.  Registered here: Normal, Bernoulli, Categorical, OneHotCategorical,
-Beta, Gamma, Exponential, Laplace, Poisson, Uniform, Dirichlet, Geometric, MultivariateNormal and
-Independent pairs, with PyTorch's formulas (including ``inf`` where q does not cover p's support).
+Beta, Gamma, Exponential, Laplace, Poisson, Uniform, Dirichlet, Geometric, Binomial, Cauchy, Gumbel,
+HalfNormal, Pareto, MultivariateNormal, Independent and TransformedDistribution (same transforms) pairs, with PyTorch's formulas (including ``inf`` where q does not cover p's support).
 """
 from __future__ import annotations
 
@@ -17,10 +17,12 @@ import torch
 
 import tensorplay as tp
 
-from .continuous import Beta, Dirichlet, Exponential, Gamma, Laplace, Normal, Uniform
-from .discrete import Bernoulli, Categorical, Geometric, OneHotCategorical, Poisson
+from .continuous import Beta, Cauchy, Dirichlet, Exponential, Gamma, Laplace, Normal, Uniform
+from .derived import _EULER, Gumbel, HalfNormal, Pareto
+from .discrete import Bernoulli, Binomial, Categorical, Geometric, OneHotCategorical, Poisson
 from .distribution import Distribution
 from .multivariate import Independent, MultivariateNormal, _solve_lower
+from .transforms import TransformedDistribution
 from .utils import sum_rightmost
 
 __all__ = ["kl_divergence", "register_kl"]
@@ -201,3 +203,45 @@ def _kl_independent_independent(p, q):
     if p.reinterpreted_batch_ndims != q.reinterpreted_batch_ndims:
         raise NotImplementedError
     return sum_rightmost(kl_divergence(p.base_dist, q.base_dist), p.reinterpreted_batch_ndims)
+
+
+@register_kl(Binomial, Binomial)
+def _kl_binomial_binomial(p, q):
+    if bool((p.total_count < q.total_count).any()):
+        raise NotImplementedError("KL between Binomials where q.total_count > p.total_count is not implemented")
+    kl = p.total_count * (p.probs * (p.logits - q.logits) + (-p.probs).log1p() - (-q.probs).log1p())
+    return tp.where(p.total_count > q.total_count, math.inf, kl)
+
+
+@register_kl(Cauchy, Cauchy)
+def _kl_cauchy_cauchy(p, q):
+    t1 = ((p.scale + q.scale).pow(2) + (p.loc - q.loc).pow(2)).log()
+    return t1 - (4 * p.scale * q.scale).log()
+
+
+@register_kl(Gumbel, Gumbel)
+def _kl_gumbel_gumbel(p, q):
+    ct1, ct2, ct3 = p.scale / q.scale, q.loc / q.scale, p.loc / q.scale
+    t1 = -ct1.log() - ct2 + ct3
+    t2 = ct1 * _EULER
+    t3 = (ct2 + tp.lgamma(1 + ct1) - ct3).exp()
+    return t1 + t2 + t3 - (1 + _EULER)
+
+
+@register_kl(HalfNormal, HalfNormal)
+def _kl_halfnormal_halfnormal(p, q):
+    return _kl_normal_normal(p.base_dist, q.base_dist)
+
+
+@register_kl(Pareto, Pareto)
+def _kl_pareto_pareto(p, q):
+    alpha_ratio = q.alpha / p.alpha
+    result = q.alpha * (p.scale / q.scale).log() - alpha_ratio.log() + alpha_ratio - 1
+    return tp.where(p.scale < q.scale, math.inf, result)
+
+
+@register_kl(TransformedDistribution, TransformedDistribution)
+def _kl_transformed_transformed(p, q):
+    if p.transforms != q.transforms or p.event_shape != q.event_shape:
+        raise NotImplementedError
+    return kl_divergence(p.base_dist, q.base_dist)

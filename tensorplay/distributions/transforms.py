@@ -3,7 +3,8 @@
 A :class:`Transform` maps ``x`` to ``y = T(x)``; ``inv`` is its inverse (``T.inv(y)``),
 ``log_abs_det_jacobian(x, y)`` is ``log |dy/dx|`` elementwise, ``domain``/``codomain`` are
 constraints.  Provided: ``ExpTransform``, ``AffineTransform(loc, scale)``, ``SigmoidTransform``,
-``TanhTransform``, ``PowerTransform``, ``ComposeTransform``.  ``TransformedDistribution(base,
+``TanhTransform``, ``PowerTransform``, ``ComposeTransform``; two transforms are equal when they
+are of one type with equal parameters.  ``TransformedDistribution(base,
 transforms)`` samples ``T(base sample)`` (``rsample`` reparameterised when the base is) and scores
 ``log_prob(y) = base.log_prob(T⁻¹ y) - log|det J(T⁻¹ y)|``, summing the Jacobian over event dims, the
 same as PyTorch.  ``cache_size=1`` remembers the last ``(x, y)`` pair, so ``log_prob`` of a value
@@ -86,6 +87,24 @@ class Transform:
     def __repr__(self):
         return f"{type(self).__name__}()"
 
+    def _key(self):
+        """What makes two transforms of this type equal (the parameter-free ones: nothing)."""
+        return ()
+
+    def __eq__(self, other):
+        if type(self) is not type(other):
+            return False
+        return all(_same(a, b) for a, b in zip(self._key(), other._key()))
+
+    __hash__ = object.__hash__
+
+
+def _same(a, b):
+    if isinstance(a, tp.Tensor) or isinstance(b, tp.Tensor):
+        return a is b or (isinstance(a, tp.Tensor) and isinstance(b, tp.Tensor) and a.shape == b.shape
+                          and bool((a == b).all()))
+    return a == b
+
 
 class _InverseTransform(Transform):
     def __init__(self, transform):
@@ -99,6 +118,9 @@ class _InverseTransform(Transform):
 
     def __call__(self, x):
         return self._inv._inv_call(x)
+
+    def _key(self):
+        return (self._inv,)
 
     def log_abs_det_jacobian(self, x, y):
         return -self._inv.log_abs_det_jacobian(y, x)
@@ -156,6 +178,9 @@ class AffineTransform(Transform):
     def event_dim(self):
         return self._event_dim
 
+    def _key(self):
+        return (self.loc, self.scale, self._event_dim)
+
     @property
     def domain(self):
         return constraints.independent(constraints.real, self._event_dim) if self._event_dim else constraints.real
@@ -193,6 +218,9 @@ class PowerTransform(Transform):
         super().__init__(cache_size=cache_size)
         self.exponent = exponent
 
+    def _key(self):
+        return (self.exponent,)
+
     def _call(self, x):
         return x.pow(self.exponent)
 
@@ -212,6 +240,9 @@ class ComposeTransform(Transform):
     @property
     def event_dim(self):
         return max((p.event_dim for p in self.parts), default=0)
+
+    def _key(self):
+        return (len(self.parts),) + tuple(self.parts)
 
     domain = property(lambda self: self.parts[0].domain if self.parts else constraints.real)
     codomain = property(lambda self: self.parts[-1].codomain if self.parts else constraints.real)

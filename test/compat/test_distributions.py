@@ -262,7 +262,8 @@ def test_multivariate_normal_parameterisations_and_gradients():
 
 
 KL_PAIRS = ["Normal", "Bernoulli", "Categorical", "OneHotCategorical", "Beta", "Gamma", "Exponential", "Laplace",
-            "Poisson", "Dirichlet", "Geometric", "MultivariateNormal"]
+            "Poisson", "Dirichlet", "Geometric", "MultivariateNormal", "Binomial", "Cauchy", "Gumbel", "HalfNormal",
+            "Pareto", "LogNormal"]
 
 
 @pytest.mark.parametrize("name", KL_PAIRS)

@@ -72,6 +72,8 @@ def test_binary_broadcast_grad_gradcheck(case):
     check_op(tpf, tf, a, b, gradcheck=False)                        # broadcasting
     check_op(tpf, tf, a.t(), _rand(4, 1, low=rb[0], high=rb[1]), gradcheck=False)   # non-contiguous
     check_op(tpf, tf, _rand(3, low=ra[0], high=ra[1]), _rand(3, low=rb[0], high=rb[1], seed=4))   # gradcheck
+    check_op(tpf, tf, _rand(0, 4, low=ra[0], high=ra[1]), _rand(4, low=rb[0], high=rb[1]), grad=False)   # size 0
+    check_op(tpf, tf, _rand(low=ra[0], high=ra[1]), _rand(2, 3, low=rb[0], high=rb[1]))    # 0-d with a matrix
 
 
 def test_xlogy_zero_x_gives_zero_value_and_gradient():

@@ -5,7 +5,8 @@ StudentT, MultivariateNormal (continuous); Bernoulli, Categorical, OneHotCategor
 Multinomial, Poisson, Geometric (discrete); the relaxed (Concrete) Bernoulli and one-hot
 categorical; HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, NegativeBinomial,
 MixtureSameFamily; Independent and TransformedDistribution (with Exp, Affine,
-Sigmoid, Tanh, Power and composed transforms) as combinators; ``kl_divergence``/``register_kl``.
+Sigmoid, Tanh, Power and composed transforms) as combinators; ``kl_divergence``/``register_kl``;
+``biject_to``/``transform_to``.
 Guarantees: values (log_prob, cdf/icdf, entropy, moments, KL) equal PyTorch's on the same parameters;
 shapes follow ``sample_shape + batch_shape + event_shape``; ``rsample`` is differentiable through tp
 autograd; draws use the global generator seeded by ``tp.manual_seed``; parameters and values are
@@ -18,6 +19,7 @@ from __future__ import annotations
 import sys
 
 from . import constraints, transforms  # noqa: F401
+from .constraint_registry import biject_to, transform_to
 from .continuous import Beta, Cauchy, Chi2, Dirichlet, Exponential, Gamma, Laplace, Normal, StudentT, Uniform
 from .discrete import Bernoulli, Binomial, Categorical, Geometric, Multinomial, OneHotCategorical, Poisson
 from .derived import (AbsTransform, Gumbel, HalfCauchy, HalfNormal, MixtureSameFamily, NegativeBinomial, Pareto,
@@ -35,7 +37,8 @@ __all__ = ["Distribution", "Normal", "LogNormal", "Uniform", "Laplace", "Cauchy"
            "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "PowerTransform",
            "ComposeTransform", "LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical",
            "RelaxedOneHotCategorical", "HalfNormal", "HalfCauchy", "Gumbel", "Weibull", "Pareto",
-           "NegativeBinomial", "MixtureSameFamily", "AbsTransform", "kl_divergence", "register_kl", "constraints", "transforms"]
+           "NegativeBinomial", "MixtureSameFamily", "AbsTransform", "biject_to", "transform_to",
+           "kl_divergence", "register_kl", "constraints", "transforms"]
 
 # PyTorch's module per family (``from torch.distributions.normal import Normal``): the same classes
 _TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "exponential", "gamma", "chi2", "beta",
@@ -47,7 +50,7 @@ _TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "expo
                   "relaxed": ("relaxed_bernoulli", "relaxed_categorical"),
                   "derived": ("half_normal", "half_cauchy", "gumbel", "weibull", "pareto", "negative_binomial",
                               "mixture_same_family"),
-                  "kl": (), "utils": (), "distribution": ()}
+                  "kl": (), "utils": (), "distribution": (), "constraint_registry": ()}
 for _mod, _aliases in _TORCH_MODULES.items():
     for _alias in _aliases:
         sys.modules[f"{__name__}.{_alias}"] = sys.modules[f"{__name__}.{_mod}"]

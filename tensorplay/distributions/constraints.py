@@ -15,7 +15,8 @@ import tensorplay as tp
 
 __all__ = ["Constraint", "boolean", "dependent", "dependent_property", "greater_than", "greater_than_eq",
            "half_open_interval", "independent", "integer_interval", "interval", "is_dependent", "less_than",
-           "lower_cholesky", "lower_triangular", "multinomial", "nonnegative", "nonnegative_integer", "positive",
+           "lower_cholesky", "lower_triangular", "multinomial", "one_hot", "nonnegative", "nonnegative_integer",
+           "positive",
            "positive_definite", "positive_integer", "positive_semidefinite", "real", "real_vector", "simplex",
            "square", "symmetric", "unit_interval"]
 
@@ -162,6 +163,14 @@ class _Simplex(Constraint):
         return (value >= 0).all(-1) & ((value.sum(-1) - 1).abs() < 1e-6)
 
 
+class _OneHot(Constraint):
+    is_discrete = True
+    event_dim = 1
+
+    def check(self, value):
+        return ((value == 0) | (value == 1)).all(-1) & (value.sum(-1) == 1)
+
+
 class _Multinomial(Constraint):
     is_discrete = True
     event_dim = 1
@@ -241,6 +250,7 @@ greater_than = _GreaterThan
 greater_than_eq = _GreaterThanEq
 less_than = _LessThan
 multinomial = _Multinomial
+one_hot = _OneHot()
 unit_interval = _Interval(0.0, 1.0)
 interval = _Interval
 half_open_interval = _HalfOpenInterval

@@ -282,14 +282,6 @@ class Categorical(Distribution):
         return values.expand((-1,) + tuple(self.batch_shape)) if expand else values
 
 
-class _OneHot(constraints.Constraint):
-    is_discrete = True
-    event_dim = 1
-
-    def check(self, value):
-        return ((value == 0) | (value == 1)).all(-1) & (value.sum(-1) == 1)
-
-
 class _OverCategorical(Distribution):
     """Distributions over the events of a Categorical (one-hot, counts, relaxed): batch shape that of
     the Categorical, event shape its number of events; ``_kept`` names the attributes ``expand``
@@ -319,7 +311,7 @@ class _OverCategorical(Distribution):
 
 class OneHotCategorical(_OverCategorical):
     arg_constraints = {"probs": constraints.simplex, "logits": constraints.independent(constraints.real, 1)}
-    support = _OneHot()
+    support = constraints.one_hot
     has_enumerate_support = True
 
     def __init__(self, probs=None, logits=None, validate_args=None):

@@ -5,7 +5,8 @@ pairs that ``(type(p), type(q))`` are subclasses of, the most specific one (PyTo
 minimum by subclass order, ambiguity warned about), caching the choice.  A pair without a rule
 raises ``NotImplementedError``.  Registered here: Normal, Bernoulli, Categorical, OneHotCategorical,
 Beta, Gamma, Exponential, Laplace, Poisson, Uniform, Dirichlet, Geometric, Binomial, Cauchy, Gumbel,
-HalfNormal, Pareto, MultivariateNormal, Independent and TransformedDistribution (same transforms) pairs, with PyTorch's formulas (including ``inf`` where q does not cover p's support).
+HalfNormal, Pareto, MultivariateNormal, Independent and TransformedDistribution (same transforms)
+pairs, with PyTorch's formulas (including ``inf`` where q does not cover p's support).
 """
 from __future__ import annotations
 

@@ -4,21 +4,23 @@ What this module registers and guarantees:
 
 * **Pointwise special functions** (tag ``pointwise``): ``lgamma``, ``digamma``, ``polygamma``,
   ``mvlgamma``, ``erfinv``, ``acosh``/``asinh``/``atanh``, ``sinc``, ``xlogy``, ``logaddexp``,
-  ``logaddexp2``, ``copysign``, ``nextafter``, ``heaviside`` and the ``special_*`` family
-  (``gammainc``, ``gammaincc``, ``entr``, ``ndtr``, ``ndtri``, ``log_ndtr``, ``erfcx``, ``xlog1py``, the Bessel functions
-  ``i0`` and ``special_i0e``/``i1``/``i1e``).  The kernel is ATen's function of the same name, so every result
-  (dtype promotion of integer inputs included) is bit-identical to PyTorch's.  Derivatives are
-  written in tp ops (they differentiate again) with PyTorch's values at the special points
-  (``xlogy``'s zero gradient where ``x == 0``, ``sinc``'s 0 at the origin, ``i1``'s 1/2 at 0).
-  ``nextafter`` and ``heaviside`` have no derivative (as in PyTorch), nor have the samplers below.
+  ``logaddexp2``, ``copysign``, ``nextafter``, ``heaviside``, ``i0`` and the ``special_*`` family
+  (``gammainc``, ``gammaincc``, ``entr``, ``ndtr``, ``ndtri``, ``log_ndtr``, ``erfcx``,
+  ``xlog1py``, the Bessel functions ``i0e``/``i1``/``i1e``).  The kernel is ATen's function of the
+  same name, so every result (dtype promotion of integer inputs included) is bit-identical to
+  PyTorch's.  Derivatives are written in tp ops (they differentiate again) with PyTorch's values at
+  the special points (``xlogy``'s zero gradient where ``x == 0``, ``sinc``'s 0 at the origin,
+  ``i1``'s 1/2 at 0).  ``nextafter`` and ``heaviside`` have no derivative (as in PyTorch), nor have
+  the samplers below; ``gammainc``/``gammaincc`` are differentiable in ``x`` only (as in PyTorch).
 * **Samplers** (tag ``random``; ATen's global generator, so ``tp.manual_seed`` makes them
   repeatable and the draws equal PyTorch's after ``torch.manual_seed`` with the same seed):
   ``_standard_gamma`` with its reparameterisation gradient ``_standard_gamma_grad``,
   ``_sample_dirichlet`` with ``_dirichlet_grad``, ``poisson`` and ``binomial``.
 * ``tp.special`` (tensorplay/special.py) exposes these under PyTorch's ``torch.special`` names.
 
-Functions that the Stax backend has no loop-level form for run as fallbacks (ATen calls) inside a
-compiled graph; the values around them still fuse.
+Inside a compiled graph, Stax fuses those it has a rule for (op_lowerings/special_rules.py: xlogy,
+xlog1py, logaddexp(2), sinc, entr, ndtr, heaviside); the others run as fallbacks (ATen calls) and
+the values around them still fuse.
 """
 from __future__ import annotations
 
@@ -189,11 +191,13 @@ def _copysign_meta(self, other):
     the same broadcast with a structured meta, then copysign's float result dtype."""
     a, b = _to_meta(self), _to_meta(other)
     out = torch.mul(a, b)
-    dt = torch.copysign(torch.empty(0, dtype=a.dtype, device="meta"), torch.empty(0, dtype=out.dtype, device="meta")).dtype
+    dt = torch.copysign(torch.empty(0, dtype=a.dtype, device="meta"),
+                        torch.empty(0, dtype=out.dtype, device="meta")).dtype
     return out.to(dt)
 
 
-register("copysign(Tensor self, Tensor other) -> Tensor", meta=_copysign_meta, backward=_copysign_bwd, save=("self", "other", "result"),
+register("copysign(Tensor self, Tensor other) -> Tensor", meta=_copysign_meta, backward=_copysign_bwd,
+         save=("self", "other", "result"),
          tags=P, inplace=True, doc="|x| with the sign (bit) of y; the gradient flows to x only.")
 register("nextafter(Tensor self, Tensor other) -> Tensor", tags=ND, inplace=True,
          doc="The next floating-point value after x toward y.")
@@ -260,7 +264,8 @@ def _dirichlet_jvp(args, outs, tangents):
 
 
 register("_sample_dirichlet(Tensor self, Generator? generator=None) -> Tensor", "torch._sample_dirichlet",
-         meta=lambda self, generator=None: _like_meta(self), backward=_dirichlet_bwd, jvp=_dirichlet_jvp, save=("self", "result"), tags=R, method=False,
+         meta=lambda self, generator=None: _like_meta(self), backward=_dirichlet_bwd, jvp=_dirichlet_jvp,
+         save=("self", "result"), tags=R, method=False,
          doc="Dirichlet(concentration) draws along the last dim, with the implicit reparameterisation gradient.")
 register("_dirichlet_grad(Tensor x, Tensor alpha, Tensor total) -> Tensor", "torch._dirichlet_grad", tags=ND,
          meta=_like_meta,

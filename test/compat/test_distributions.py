@@ -491,3 +491,30 @@ def test_mixture_same_family_equals_torch(event):
     assert e.batch_shape == te.batch_shape and tuple(e.sample((2,)).shape) == tuple(te.sample((2,)).shape)
     with pytest.raises(ValueError, match="does not equal"):
         D.MixtureSameFamily(D.Categorical(logits=to_tp(real(2, 4))), D.Normal(to_tp(real(2, 3)), to_tp(pos(2, 3))))
+
+
+def test_biject_to_and_transform_to_equal_torch():
+    from torch.distributions import constraint_registry as TR
+    C, TC = D.constraints, TD.constraints
+    x = real(4, 3, seed=11)
+    cases = [(C.real, TC.real), (C.positive, TC.positive), (C.greater_than(1.5), TC.greater_than(1.5)),
+             (C.less_than(-2.0), TC.less_than(-2.0)), (C.unit_interval, TC.unit_interval),
+             (C.interval(-1.0, 3.0), TC.interval(-1.0, 3.0)), (C.simplex, TC.simplex),
+             (C.independent(C.positive, 1), TC.independent(TC.positive, 1))]
+    for c, tc in cases:
+        for reg, treg in ((D.biject_to, TR.biject_to), (D.transform_to, TR.transform_to)):
+            t, tt = reg(c), treg(tc)
+            y, ty = t(to_tp(x)), tt(x)
+            assert_close(y, ty, rtol=1e-10, atol=1e-12, msg=repr(c))
+            assert bool(c.check(y).all())
+            if reg is D.biject_to:
+                assert_close(t.inv(y), x, rtol=1e-7, atol=1e-8, msg=repr(c))
+                assert_close(t.log_abs_det_jacobian(to_tp(x), y), tt.log_abs_det_jacobian(x, ty), rtol=1e-10,
+                             atol=1e-12, msg=repr(c))
+    with pytest.raises(NotImplementedError, match="Cannot transform"):
+        D.biject_to(C.boolean)
+    # an unconstrained parameter through biject_to, optimised by gradient: the gradient matches torch
+    u_p, u_t = to_tp(x, requires_grad=True), x.clone().requires_grad_()
+    D.Dirichlet(D.biject_to(C.positive)(u_p)).log_prob(D.transform_to(C.simplex)(u_p.detach())).sum().backward()
+    TD.Dirichlet(TR.biject_to(TC.positive)(u_t)).log_prob(TR.transform_to(TC.simplex)(u_t.detach())).sum().backward()
+    assert_close(u_p.grad, u_t.grad, rtol=1e-9, atol=1e-11)

@@ -518,3 +518,48 @@ def test_biject_to_and_transform_to_equal_torch():
     D.Dirichlet(D.biject_to(C.positive)(u_p)).log_prob(D.transform_to(C.simplex)(u_p.detach())).sum().backward()
     TD.Dirichlet(TR.biject_to(TC.positive)(u_t)).log_prob(TR.transform_to(TC.simplex)(u_t.detach())).sum().backward()
     assert_close(u_p.grad, u_t.grad, rtol=1e-9, atol=1e-11)
+
+
+def _copy_module(tp_mod, torch_mod):
+    tp_mod.load_state_dict({k: tp.from_torch(v.detach().clone()) for k, v in torch_mod.state_dict().items()})
+
+
+def test_policy_gradient_and_vae_losses_like_pytorch_programs():
+    """Two public-program patterns with the same weights: a REINFORCE step (Categorical from a policy
+    network's logits, log_prob of sampled actions, entropy bonus) and a VAE loss (Normal rsample, a
+    Bernoulli decoder's log_prob, KL to the prior).  Losses and every parameter gradient equal PyTorch's."""
+    torch.manual_seed(0)
+    t_pol, t_enc, t_dec = torch.nn.Linear(6, 4), torch.nn.Linear(6, 2 * 3), torch.nn.Linear(3, 6)
+    p_pol, p_enc, p_dec = tp.nn.Linear(6, 4), tp.nn.Linear(6, 2 * 3), tp.nn.Linear(3, 6)
+    for a, b in ((p_pol, t_pol), (p_enc, t_enc), (p_dec, t_dec)):
+        _copy_module(a, b)
+    obs = torch.randn(8, 6, generator=_g(1))
+    returns = torch.randn(8, generator=_g(2))
+    x = (torch.rand(8, 6, generator=_g(3)) > 0.5).float()
+
+    def reinforce(M, lib, pol, obs, returns):
+        dist = M.Categorical(logits=pol(obs))
+        lib.manual_seed(4)
+        actions = dist.sample()
+        return -(dist.log_prob(actions) * returns).mean() - 0.01 * dist.entropy().mean()
+
+    def vae(M, lib, enc, dec, x):
+        h = enc(x)
+        mu, log_sigma = h[:, :3], h[:, 3:]
+        q = M.Normal(mu, log_sigma.exp())
+        lib.manual_seed(5)
+        z = q.rsample()
+        rec = M.Bernoulli(logits=dec(z)).log_prob(x).sum(-1)
+        kl = M.kl_divergence(q, M.Normal(lib.zeros_like(mu), lib.ones_like(mu))).sum(-1)
+        return (kl - rec).mean()
+
+    for fn, tmods, pmods, inputs in ((reinforce, (t_pol,), (p_pol,), (obs, returns)),
+                                     (vae, (t_enc, t_dec), (p_enc, p_dec), (x,))):
+        want = fn(TD, torch, *tmods, *inputs)
+        got = fn(D, tp, *pmods, *[to_tp(i) for i in inputs])
+        assert_close(got, want.detach(), rtol=1e-5, atol=1e-6)
+        want.backward()
+        got.backward()
+        for pm, tm in zip(pmods, tmods):
+            for (name, a), (_, b) in zip(pm.named_parameters(), tm.named_parameters()):
+                assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=f"{fn.__name__}: {name}")

@@ -1,7 +1,7 @@
 """``tp.distributions``: probability distributions with PyTorch's ``torch.distributions`` interface.
 
 Families: Normal, LogNormal, Uniform, Laplace, Cauchy, Exponential, Gamma, Chi2, Beta, Dirichlet,
-StudentT, MultivariateNormal (continuous); Bernoulli, Categorical, OneHotCategorical, Binomial,
+StudentT, MultivariateNormal, LowRankMultivariateNormal (continuous); Bernoulli, Categorical, OneHotCategorical, Binomial,
 Multinomial, Poisson, Geometric (discrete); the relaxed (Concrete) Bernoulli and one-hot
 categorical; HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, NegativeBinomial,
 MixtureSameFamily; Independent and TransformedDistribution (with Exp, Affine,
@@ -26,14 +26,14 @@ from .derived import (AbsTransform, Gumbel, HalfCauchy, HalfNormal, MixtureSameF
                       Weibull)
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
-from .multivariate import Independent, MultivariateNormal
+from .multivariate import Independent, LowRankMultivariateNormal, MultivariateNormal
 from .relaxed import ExpRelaxedCategorical, LogitRelaxedBernoulli, RelaxedBernoulli, RelaxedOneHotCategorical
 from .transforms import (AffineTransform, ComposeTransform, ExpTransform, LogNormal, PowerTransform, SigmoidTransform,
                          TanhTransform, Transform, TransformedDistribution)
 
 __all__ = ["Distribution", "Normal", "LogNormal", "Uniform", "Laplace", "Cauchy", "Exponential", "Gamma", "Chi2",
-           "Beta", "Dirichlet", "StudentT", "MultivariateNormal", "Bernoulli", "Categorical", "OneHotCategorical",
-           "Binomial", "Multinomial", "Poisson", "Geometric", "Independent", "TransformedDistribution", "Transform",
+           "Beta", "Dirichlet", "StudentT", "MultivariateNormal", "LowRankMultivariateNormal", "Bernoulli", "Categorical",
+           "OneHotCategorical", "Binomial", "Multinomial", "Poisson", "Geometric", "Independent", "TransformedDistribution", "Transform",
            "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "PowerTransform",
            "ComposeTransform", "LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical",
            "RelaxedOneHotCategorical", "HalfNormal", "HalfCauchy", "Gumbel", "Weibull", "Pareto",
@@ -45,7 +45,7 @@ _TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "expo
                                  "dirichlet", "studentT"),
                   "discrete": ("bernoulli", "categorical", "one_hot_categorical", "binomial", "multinomial",
                                "poisson", "geometric"),
-                  "multivariate": ("multivariate_normal", "independent"),
+                  "multivariate": ("multivariate_normal", "independent", "lowrank_multivariate_normal"),
                   "transforms": ("transformed_distribution", "log_normal"),
                   "relaxed": ("relaxed_bernoulli", "relaxed_categorical"),
                   "derived": ("half_normal", "half_cauchy", "gumbel", "weibull", "pareto", "negative_binomial",

@@ -9,7 +9,8 @@ computed from it with the op table's ``linalg_cholesky`` / ``linalg_solve_triang
 gradients flow to loc and to whichever matrix was given): ``rsample = loc + L ε``,
 ``log_prob = -½ (d log 2π + |L⁻¹(x - loc)|²) - Σ log diag L``.  Batch dims of loc and the matrix
 broadcast.  Values equal ``torch.distributions.MultivariateNormal`` up to floating-point rounding of
-the factorisation.
+the factorisation.  ``LowRankMultivariateNormal(loc, cov_factor, cov_diag)`` has covariance
+``W Wᵀ + diag(d)`` and never forms a D x D factorisation for log_prob, entropy and sampling.
 """
 from __future__ import annotations
 
@@ -23,7 +24,7 @@ from . import constraints
 from .distribution import Distribution
 from .utils import lazy_property, sum_rightmost
 
-__all__ = ["Independent", "MultivariateNormal"]
+__all__ = ["Independent", "MultivariateNormal", "LowRankMultivariateNormal"]
 
 _OPS = tp.ops.OPS
 
@@ -194,4 +195,113 @@ class MultivariateNormal(Distribution):
 
     def entropy(self):
         h = 0.5 * self.event_shape[0] * (1.0 + math.log(2 * math.pi)) + self._half_log_det()
+        return h.expand(tuple(self._batch_shape)) if len(self._batch_shape) else h
+
+
+def _eye_like(n, like):
+    return tp.eye(n, dtype=like.dtype, device=like.device)
+
+
+class LowRankMultivariateNormal(Distribution):
+    """Normal with covariance ``W Wᵀ + diag(d)`` (``cov_factor`` W of rank R, ``cov_diag`` d): log_prob
+    and entropy by the Woodbury identity and the determinant lemma through the R x R Cholesky factor
+    of the capacitance ``I + Wᵀ D⁻¹ W``."""
+    arg_constraints = {"loc": constraints.real_vector,
+                       "cov_factor": constraints.independent(constraints.real, 2),
+                       "cov_diag": constraints.independent(constraints.positive, 1)}
+    support = constraints.real_vector
+    has_rsample = True
+
+    def __init__(self, loc, cov_factor, cov_diag, validate_args=None):
+        if loc.dim() < 1:
+            raise ValueError("loc must be at least one-dimensional.")
+        d = loc.shape[-1]
+        if cov_factor.dim() < 2:
+            raise ValueError("cov_factor must be at least two-dimensional, with optional leading batch dimensions")
+        if tuple(cov_factor.shape[-2:-1]) != (d,):
+            raise ValueError(f"cov_factor must be a batch of matrices with shape {d} x m")
+        if tuple(cov_diag.shape[-1:]) != (d,):
+            raise ValueError(f"cov_diag must be a batch of vectors with shape {tuple(loc.shape[-1:])}")
+        batch = tuple(torch.broadcast_shapes(loc.shape[:-1], cov_factor.shape[:-2], cov_diag.shape[:-1]))
+        r = cov_factor.shape[-1]
+        self.loc = loc.expand(batch + (d,))
+        self.cov_factor = cov_factor.expand(batch + (d, r))
+        self.cov_diag = cov_diag.expand(batch + (d,))
+        self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag = cov_factor, cov_diag
+        super().__init__(batch, (d,), validate_args=validate_args)      # (validated before the factorisation)
+        self._capacitance_tril = self._capacitance(cov_factor, cov_diag)
+
+    @staticmethod
+    def _capacitance(w, diag):
+        wt_dinv = w.mT / diag.unsqueeze(-2)
+        k = wt_dinv @ w + _eye_like(w.shape[-1], w)
+        return _OPS["linalg_cholesky"].fn(k)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(LowRankMultivariateNormal, _instance)
+        b = tuple(batch_shape)
+        d, r = self.event_shape[0], self.cov_factor.shape[-1]
+        new.loc, new.cov_factor = self.loc.expand(b + (d,)), self.cov_factor.expand(b + (d, r))
+        new.cov_diag = self.cov_diag.expand(b + (d,))
+        new._unbroadcasted_cov_factor = self._unbroadcasted_cov_factor
+        new._unbroadcasted_cov_diag = self._unbroadcasted_cov_diag
+        new._capacitance_tril = self._capacitance_tril
+        Distribution.__init__(new, torch.Size(b), self.event_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    mean = property(lambda self: self.loc)
+    mode = property(lambda self: self.loc)
+
+    def _bshape(self, *tail):
+        return tuple(self._batch_shape) + tuple(tail)
+
+    @property
+    def variance(self):
+        w = self._unbroadcasted_cov_factor
+        return ((w * w).sum(-1) + self._unbroadcasted_cov_diag).expand(self._bshape(self.event_shape[0]))
+
+    @lazy_property
+    def scale_tril(self):
+        n = self.event_shape[0]
+        sq = self._unbroadcasted_cov_diag.sqrt().unsqueeze(-1)
+        dw = self._unbroadcasted_cov_factor / sq
+        k = dw @ dw.mT + _eye_like(n, dw)
+        return (sq * _OPS["linalg_cholesky"].fn(k)).expand(self._bshape(n, n))
+
+    @lazy_property
+    def covariance_matrix(self):
+        n = self.event_shape[0]
+        w, diag = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
+        return (w @ w.mT + diag.unsqueeze(-1) * _eye_like(n, w)).expand(self._bshape(n, n))
+
+    @lazy_property
+    def precision_matrix(self):
+        n = self.event_shape[0]
+        w, diag = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
+        a = _solve_lower(self._capacitance_tril, w.mT / diag.unsqueeze(-2))
+        return (diag.reciprocal().unsqueeze(-1) * _eye_like(n, w) - a.mT @ a).expand(self._bshape(n, n))
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = tuple(self._extended_shape(sample_shape))
+        w = self._unbroadcasted_cov_factor
+        eps_w = tp.randn(shape[:-1] + tuple(w.shape[-1:]), dtype=self.loc.dtype, device=self.loc.device)
+        eps_d = tp.randn(shape, dtype=self.loc.dtype, device=self.loc.device)
+        return self.loc + (w @ eps_w.unsqueeze(-1)).squeeze(-1) + self._unbroadcasted_cov_diag.sqrt() * eps_d
+
+    def _logdet(self):
+        return (2 * self._capacitance_tril.diagonal(0, -2, -1).log().sum(-1)
+                + self._unbroadcasted_cov_diag.log().sum(-1))
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        x = value - self.loc
+        w, diag = self._unbroadcasted_cov_factor, self._unbroadcasted_cov_diag
+        wt_dinv_x = ((w.mT / diag.unsqueeze(-2)) @ x.unsqueeze(-1)).squeeze(-1)
+        m = (x.pow(2) / diag).sum(-1) - _batch_mahalanobis(self._capacitance_tril, wt_dinv_x)
+        return -0.5 * (self.event_shape[0] * math.log(2 * math.pi) + self._logdet() + m)
+
+    def entropy(self):
+        h = 0.5 * (self.event_shape[0] * (1.0 + math.log(2 * math.pi)) + self._logdet())
         return h.expand(tuple(self._batch_shape)) if len(self._batch_shape) else h

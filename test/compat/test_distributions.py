@@ -563,3 +563,30 @@ def test_policy_gradient_and_vae_losses_like_pytorch_programs():
         for pm, tm in zip(pmods, tmods):
             for (name, a), (_, b) in zip(pm.named_parameters(), tm.named_parameters()):
                 assert_close(a.grad, b.grad, rtol=1e-5, atol=1e-6, msg=f"{fn.__name__}: {name}")
+
+
+def test_low_rank_multivariate_normal_equals_torch():
+    loc, w, diag = real(2, 4), real(2, 4, 2, seed=1), pos(4, seed=2)
+    lw, tw = to_tp(w, requires_grad=True), w.clone().requires_grad_()
+    ld, td_ = to_tp(diag, requires_grad=True), diag.clone().requires_grad_()
+    d, td = D.LowRankMultivariateNormal(to_tp(loc), lw, ld), TD.LowRankMultivariateNormal(loc, tw, td_)
+    assert d.batch_shape == td.batch_shape and d.event_shape == td.event_shape
+    v = real(5, 2, 4, seed=3)
+    lp, tlp = d.log_prob(to_tp(v)), td.log_prob(v)
+    assert_close(lp, tlp, rtol=1e-10, atol=1e-10)
+    for attr in ("mean", "variance", "scale_tril", "covariance_matrix", "precision_matrix"):
+        assert_close(getattr(d, attr), getattr(td, attr), rtol=1e-9, atol=1e-10, msg=attr)
+    assert_close(d.entropy(), td.entropy(), rtol=1e-10, atol=1e-10)
+    tp.manual_seed(9)
+    x = d.rsample((3,))
+    torch.manual_seed(9)
+    tx = td.rsample((3,))
+    assert_close(x, tx.detach(), rtol=1e-10, atol=1e-10)
+    (lp.sum() + d.entropy().sum() + x.sum()).backward()
+    (tlp.sum() + td.entropy().sum() + tx.sum()).backward()
+    assert_close(lw.grad, tw.grad, rtol=1e-8, atol=1e-10)
+    assert_close(ld.grad, td_.grad, rtol=1e-8, atol=1e-10)
+    e, te = d.expand((3, 2)), td.expand((3, 2))
+    assert_close(e.log_prob(to_tp(v[:3])), te.log_prob(v[:3]), rtol=1e-10, atol=1e-10)
+    with pytest.raises(ValueError, match="cov_diag"):
+        D.LowRankMultivariateNormal(to_tp(loc), lw, to_tp(-diag))

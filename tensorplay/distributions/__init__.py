@@ -1,12 +1,12 @@
 """``tp.distributions``: probability distributions with PyTorch's ``torch.distributions`` interface.
 
 Families: Normal, LogNormal, Uniform, Laplace, Cauchy, Exponential, Gamma, Chi2, Beta, Dirichlet,
-StudentT, MultivariateNormal, LowRankMultivariateNormal (continuous); Bernoulli, Categorical, OneHotCategorical, Binomial,
-Multinomial, Poisson, Geometric (discrete); the relaxed (Concrete) Bernoulli and one-hot
-categorical; HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, NegativeBinomial,
-MixtureSameFamily; Independent and TransformedDistribution (with Exp, Affine,
-Sigmoid, Tanh, Power and composed transforms) as combinators; ``kl_divergence``/``register_kl``;
-``biject_to``/``transform_to``.
+StudentT, MultivariateNormal, LowRankMultivariateNormal, HalfNormal, HalfCauchy, Gumbel, Weibull,
+Pareto, Kumaraswamy, FisherSnedecor (continuous); Bernoulli, Categorical, OneHotCategorical,
+Binomial, Multinomial, Poisson, Geometric, NegativeBinomial (discrete); the relaxed (Concrete)
+Bernoulli and one-hot categorical; MixtureSameFamily, Independent and TransformedDistribution (with
+Exp, Affine, Sigmoid, Tanh, Power, Abs and composed transforms) as combinators;
+``kl_divergence``/``register_kl``; ``biject_to``/``transform_to``.
 Guarantees: values (log_prob, cdf/icdf, entropy, moments, KL) equal PyTorch's on the same parameters;
 shapes follow ``sample_shape + batch_shape + event_shape``; ``rsample`` is differentiable through tp
 autograd; draws use the global generator seeded by ``tp.manual_seed``; parameters and values are
@@ -22,8 +22,8 @@ from . import constraints, transforms  # noqa: F401
 from .constraint_registry import biject_to, transform_to
 from .continuous import Beta, Cauchy, Chi2, Dirichlet, Exponential, Gamma, Laplace, Normal, StudentT, Uniform
 from .discrete import Bernoulli, Binomial, Categorical, Geometric, Multinomial, OneHotCategorical, Poisson
-from .derived import (AbsTransform, Gumbel, HalfCauchy, HalfNormal, MixtureSameFamily, NegativeBinomial, Pareto,
-                      Weibull)
+from .derived import (AbsTransform, FisherSnedecor, Gumbel, HalfCauchy, HalfNormal, Kumaraswamy, MixtureSameFamily,
+                      NegativeBinomial, Pareto, Weibull)
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
 from .multivariate import Independent, LowRankMultivariateNormal, MultivariateNormal
@@ -32,24 +32,26 @@ from .transforms import (AffineTransform, ComposeTransform, ExpTransform, LogNor
                          TanhTransform, Transform, TransformedDistribution)
 
 __all__ = ["Distribution", "Normal", "LogNormal", "Uniform", "Laplace", "Cauchy", "Exponential", "Gamma", "Chi2",
-           "Beta", "Dirichlet", "StudentT", "MultivariateNormal", "LowRankMultivariateNormal", "Bernoulli", "Categorical",
-           "OneHotCategorical", "Binomial", "Multinomial", "Poisson", "Geometric", "Independent", "TransformedDistribution", "Transform",
-           "ExpTransform", "AffineTransform", "SigmoidTransform", "TanhTransform", "PowerTransform",
-           "ComposeTransform", "LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical",
-           "RelaxedOneHotCategorical", "HalfNormal", "HalfCauchy", "Gumbel", "Weibull", "Pareto",
-           "NegativeBinomial", "MixtureSameFamily", "AbsTransform", "biject_to", "transform_to",
-           "kl_divergence", "register_kl", "constraints", "transforms"]
+           "Beta", "Dirichlet", "StudentT", "MultivariateNormal", "LowRankMultivariateNormal", "HalfNormal",
+           "HalfCauchy", "Gumbel", "Weibull", "Pareto", "Kumaraswamy", "FisherSnedecor", "Bernoulli", "Categorical",
+           "OneHotCategorical", "Binomial", "Multinomial", "Poisson", "Geometric", "NegativeBinomial",
+           "LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical", "RelaxedOneHotCategorical",
+           "MixtureSameFamily", "Independent", "TransformedDistribution", "Transform", "ExpTransform",
+           "AffineTransform", "SigmoidTransform", "TanhTransform", "PowerTransform", "AbsTransform",
+           "ComposeTransform", "biject_to", "transform_to", "kl_divergence", "register_kl", "constraints",
+           "transforms"]
 
 # PyTorch's module per family (``from torch.distributions.normal import Normal``): the same classes
-_TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "exponential", "gamma", "chi2", "beta",
-                                 "dirichlet", "studentT"),
+_TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "exponential", "gamma", "chi2",
+                                 "beta", "dirichlet", "studentT"),
                   "discrete": ("bernoulli", "categorical", "one_hot_categorical", "binomial", "multinomial",
                                "poisson", "geometric"),
-                  "multivariate": ("multivariate_normal", "independent", "lowrank_multivariate_normal"),
+                  "multivariate": ("multivariate_normal", "independent",
+                                   "lowrank_multivariate_normal"),
                   "transforms": ("transformed_distribution", "log_normal"),
                   "relaxed": ("relaxed_bernoulli", "relaxed_categorical"),
                   "derived": ("half_normal", "half_cauchy", "gumbel", "weibull", "pareto", "negative_binomial",
-                              "mixture_same_family"),
+                              "mixture_same_family", "fishersnedecor", "kumaraswamy"),
                   "kl": (), "utils": (), "distribution": (), "constraint_registry": ()}
 for _mod, _aliases in _TORCH_MODULES.items():
     for _alias in _aliases:

@@ -1,5 +1,6 @@
-"""Distributions built from the others: HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto (transforms of
-a base distribution), NegativeBinomial (a Gamma-Poisson mixture) and MixtureSameFamily.
+"""Distributions built from the others: HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, Kumaraswamy
+(transforms of a base distribution), FisherSnedecor (a ratio of Gammas), NegativeBinomial (a
+Gamma-Poisson mixture) and MixtureSameFamily.
 
 PyTorch's parameterisations, constraints and formulas: values equal ``torch.distributions``.  The
 transformed ones sample by transforming their base's draws (so ``rsample`` is reparameterised) and
@@ -24,7 +25,7 @@ from .transforms import AffineTransform, ExpTransform, PowerTransform, Transform
 from .utils import broadcast_all
 
 __all__ = ["AbsTransform", "HalfNormal", "HalfCauchy", "Gumbel", "Weibull", "Pareto", "NegativeBinomial",
-           "MixtureSameFamily"]
+           "MixtureSameFamily", "FisherSnedecor", "Kumaraswamy"]
 
 _EULER = 0.57721566490153286060
 
@@ -317,3 +318,99 @@ class MixtureSameFamily(Distribution):
             idx = mix_sample.reshape(ms[:n] + (1,) * pad + ms[n:] + (1,) * (1 + len(es)))
             idx = idx.expand(tuple(sample_shape) + b + (1,) + es)
             return comp_samples.gather(n + len(b), idx).squeeze(n + len(b))
+
+
+class FisherSnedecor(Distribution):
+    """F(df1, df2): the ratio of two scaled Gamma draws (reparameterised through both)."""
+    arg_constraints = {"df1": constraints.positive, "df2": constraints.positive}
+    support = constraints.positive
+    has_rsample = True
+
+    def __init__(self, df1, df2, validate_args=None):
+        self.df1, self.df2 = broadcast_all(df1, df2)
+        self._gamma1 = Gamma(self.df1 * 0.5, self.df1)
+        self._gamma2 = Gamma(self.df2 * 0.5, self.df2)
+        super().__init__(self.df1.shape, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(FisherSnedecor, _instance)
+        batch_shape = torch.Size(batch_shape)
+        new.df1, new.df2 = self.df1.expand(batch_shape), self.df2.expand(batch_shape)
+        new._gamma1, new._gamma2 = self._gamma1.expand(batch_shape), self._gamma2.expand(batch_shape)
+        Distribution.__init__(new, batch_shape, validate_args=False)
+        new._validate_args = self._validate_args
+        return new
+
+    @property
+    def mean(self):
+        df2 = tp.where(self.df2 <= 2, math.nan, self.df2)
+        return df2 / (df2 - 2)
+
+    @property
+    def mode(self):
+        m = (self.df1 - 2) / self.df1 * self.df2 / (self.df2 + 2)
+        return tp.where(self.df1 <= 2, math.nan, m)
+
+    @property
+    def variance(self):
+        df2 = tp.where(self.df2 <= 4, math.nan, self.df2)
+        return 2 * df2.pow(2) * (self.df1 + df2 - 2) / (self.df1 * (df2 - 2).pow(2) * (df2 - 4))
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = tuple(self._extended_shape(sample_shape))
+        tiny = torch.finfo(self.df1.dtype).tiny
+        x1 = self._gamma1.rsample(sample_shape).reshape(shape)
+        x2 = self._gamma2.rsample(sample_shape).reshape(shape).clamp(min=tiny)
+        return (x1 / x2).clamp(min=tiny)
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        ct1, ct2 = self.df1 * 0.5, self.df2 * 0.5
+        ct3 = self.df1 / self.df2
+        t1 = tp.lgamma(ct1 + ct2) - tp.lgamma(ct1) - tp.lgamma(ct2)
+        t2 = ct1 * ct3.log() + (ct1 - 1) * value.log()
+        t3 = (ct1 + ct2) * (ct3 * value).log1p()
+        return t1 + t2 - t3
+
+
+def _kumaraswamy_moment(a, b, n):
+    arg1 = 1 + n / a
+    return b * (tp.lgamma(arg1) + tp.lgamma(b) - tp.lgamma(arg1 + b)).exp()
+
+
+class Kumaraswamy(TransformedDistribution):
+    arg_constraints = {"concentration1": constraints.positive, "concentration0": constraints.positive}
+    support = constraints.unit_interval
+    has_rsample = True
+
+    def __init__(self, concentration1, concentration0, validate_args=None):
+        self.concentration1, self.concentration0 = broadcast_all(concentration1, concentration0)
+        base = Uniform(tp.zeros_like(self.concentration0), tp.ones_like(self.concentration0),
+                       validate_args=validate_args)
+        transforms = [PowerTransform(exponent=self.concentration0.reciprocal()), AffineTransform(loc=1.0, scale=-1.0),
+                      PowerTransform(exponent=self.concentration1.reciprocal())]
+        super().__init__(base, transforms, validate_args=validate_args)
+
+    def expand(self, batch_shape, _instance=None):
+        new = self._get_checked_instance(Kumaraswamy, _instance)
+        new.concentration1 = self.concentration1.expand(batch_shape)
+        new.concentration0 = self.concentration0.expand(batch_shape)
+        return super().expand(batch_shape, new)
+
+    mean = property(lambda self: _kumaraswamy_moment(self.concentration1, self.concentration0, 1))
+
+    @property
+    def mode(self):
+        c1, c0 = self.concentration1, self.concentration0
+        log_mode = c0.reciprocal() * (-c0).log1p() - (-c0 * c1).log1p()
+        return tp.where((c0 < 1) | (c1 < 1), math.nan, log_mode).exp()
+
+    @property
+    def variance(self):
+        return _kumaraswamy_moment(self.concentration1, self.concentration0, 2) - self.mean.pow(2)
+
+    def entropy(self):
+        c1, c0 = self.concentration1, self.concentration0
+        h0 = tp.digamma(c0 + 1) + _EULER
+        return (1 - c0.reciprocal()) + (1 - c1.reciprocal()) * h0 - c1.log() - c0.log()

@@ -93,6 +93,10 @@ CASES = {
     "NegativeBinomial": (lambda: dict(total_count=pos(3, lo=1.0, hi=6.0), probs=unit(3, seed=1) * 0.8),
                          lambda d: torch.randint(0, 8, (4, 3), generator=_g(7)).double(),
                          ("mean", "mode", "variance")),
+    "FisherSnedecor": (lambda: dict(df1=pos(3, lo=3.0, hi=8.0), df2=pos(3, seed=1, lo=9.0, hi=12.0)),
+                       lambda d: pos(4, 3, seed=7), ("mean", "mode", "variance")),
+    "Kumaraswamy": (lambda: dict(concentration1=pos(3, lo=1.2), concentration0=pos(3, seed=1, lo=1.2)),
+                    lambda d: unit(4, 3, seed=7), ("mean", "mode", "variance", "entropy")),
     "Multinomial": (lambda: dict(total_count=6, probs=simplex(2, 4)),
                     lambda d: TD.Multinomial(6, probs=simplex(2, 4)).sample((4,)), ("mean", "variance", "entropy")),
 }
@@ -147,7 +151,7 @@ def test_sample_shapes_and_expand(name):
 
 STAT_CASES = ["Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT", "LogNormal",
               "MultivariateNormal", "Bernoulli", "Geometric", "Binomial", "Poisson", "OneHotCategorical", "Multinomial",
-              "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "NegativeBinomial"]
+              "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "NegativeBinomial", "FisherSnedecor", "Kumaraswamy"]
 
 
 @pytest.mark.parametrize("name", STAT_CASES)
@@ -160,7 +164,8 @@ def test_sample_mean_and_variance_within_standard_errors(name):
     mean, var = td.mean, td.variance
     se_mean = (var / n).sqrt()
     assert ((s.mean(0) - mean).abs() <= 5 * se_mean + 1e-12).all(), name
-    if name not in ("LogNormal", "StudentT", "Pareto"):       # heavy tails: the fourth moment is large or infinite
+    # heavy tails: the fourth moment is large or infinite
+    if name not in ("LogNormal", "StudentT", "Pareto", "FisherSnedecor"):
         m4 = ((s - mean) ** 4).mean(0)
         se_var = ((m4 - var ** 2) / n).sqrt()
         assert ((s.var(0) - var).abs() <= 5 * se_var + 1e-12).all(), name
@@ -183,7 +188,7 @@ def test_samples_equal_torch_after_the_same_seed():
     """The draws use the global generator the way torch.distributions does: same seed, same numbers."""
     for name in ("Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT",
                  "MultivariateNormal", "Bernoulli", "Poisson", "Binomial", "Categorical", "HalfNormal", "HalfCauchy",
-                 "Gumbel", "Weibull", "Pareto", "NegativeBinomial"):
+                 "Gumbel", "Weibull", "Pareto", "NegativeBinomial", "FisherSnedecor", "Kumaraswamy"):
         params = CASES[name][0]()
         d, td = _pair(name, params)
         tp.manual_seed(5)
@@ -194,7 +199,7 @@ def test_samples_equal_torch_after_the_same_seed():
 
 
 RSAMPLE = ["Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT", "LogNormal",
-           "MultivariateNormal", "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto"]
+           "MultivariateNormal", "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "FisherSnedecor", "Kumaraswamy"]
 
 
 @pytest.mark.parametrize("name", RSAMPLE)

@@ -12,7 +12,9 @@ from .ops import OPS
 
 __all__ = ["entr", "ndtr", "ndtri", "log_ndtr", "erfcx", "xlog1py", "i0e", "i1", "i1e", "i0", "xlogy",
            "expit", "logit", "gammaln", "digamma", "psi", "polygamma", "multigammaln", "erf", "erfc", "erfinv",
-           "expm1", "exp2", "log1p", "sinc", "round", "logsumexp", "softmax", "log_softmax", "gammainc", "gammaincc"]
+           "expm1", "exp2", "log1p", "sinc", "round", "logsumexp", "softmax", "log_softmax", "gammainc", "gammaincc", "zeta", "airy_ai", "bessel_j0", "bessel_j1", "bessel_y0",
+           "bessel_y1", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
+           "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0"]
 
 _f = {name: OPS[name].fn for name in OPS}
 #: torch.special name -> op-table entry
@@ -22,7 +24,9 @@ _TABLE_NAMES = {"entr": "special_entr", "ndtr": "special_ndtr", "ndtri": "specia
                 "expit": "sigmoid", "gammaln": "lgamma", "digamma": "digamma", "psi": "digamma",
                 "polygamma": "polygamma", "erf": "erf", "erfc": "erfc", "erfinv": "erfinv", "expm1": "expm1",
                 "exp2": "exp2", "log1p": "log1p", "sinc": "sinc", "logsumexp": "logsumexp",
-                "gammainc": "special_gammainc", "gammaincc": "special_gammaincc"}
+                "gammainc": "special_gammainc", "gammaincc": "special_gammaincc", "zeta": "special_zeta"}
+_TABLE_NAMES.update({n[len("special_"):]: n for n in OPS if n.startswith("special_") and "bessel" in n})
+_TABLE_NAMES["airy_ai"] = "special_airy_ai"
 globals().update({name: _f[op] for name, op in _TABLE_NAMES.items()})
 
 

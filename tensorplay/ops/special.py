@@ -6,12 +6,14 @@ What this module registers and guarantees:
   ``mvlgamma``, ``erfinv``, ``acosh``/``asinh``/``atanh``, ``sinc``, ``xlogy``, ``logaddexp``,
   ``logaddexp2``, ``copysign``, ``nextafter``, ``heaviside``, ``i0`` and the ``special_*`` family
   (``gammainc``, ``gammaincc``, ``entr``, ``ndtr``, ``ndtri``, ``log_ndtr``, ``erfcx``,
-  ``xlog1py``, the Bessel functions ``i0e``/``i1``/``i1e``).  The kernel is ATen's function of the
-  same name, so every result (dtype promotion of integer inputs included) is bit-identical to
-  PyTorch's.  Derivatives are written in tp ops (they differentiate again) with PyTorch's values at
-  the special points (``xlogy``'s zero gradient where ``x == 0``, ``sinc``'s 0 at the origin,
-  ``i1``'s 1/2 at 0).  ``nextafter`` and ``heaviside`` have no derivative (as in PyTorch), nor have
-  the samplers below; ``gammainc``/``gammaincc`` are differentiable in ``x`` only (as in PyTorch).
+  ``xlog1py``, ``zeta``, the Bessel functions ``i0e``/``i1``/``i1e``/``bessel_j0``/... and
+  ``airy_ai``).  The kernel is ATen's function of the same name, so every result (dtype promotion
+  of integer inputs included) is bit-identical to PyTorch's.  Derivatives are written in tp ops
+  (they differentiate again) with PyTorch's values at the special points (``xlogy``'s zero
+  gradient where ``x == 0``, ``sinc``'s 0 at the origin, ``i1``'s 1/2 at 0).  As in PyTorch,
+  ``nextafter``, ``heaviside``, the ``bessel_*``/``*modified_bessel_*``/``airy_ai`` functions and
+  the samplers' gradient kernels have no derivative, and ``gammainc``/``gammaincc``/``zeta`` are
+  differentiable in their second argument only.
 * **Samplers** (tag ``random``; ATen's global generator, so ``tp.manual_seed`` makes them
   repeatable and the draws equal PyTorch's after ``torch.manual_seed`` with the same seed):
   ``_standard_gamma`` with its reparameterisation gradient ``_standard_gamma_grad``,
@@ -218,6 +220,27 @@ register("special_i1e(Tensor self) -> Tensor", "torch.special.i1e",
          backward=lambda ctx, g: g * _where(ctx.self == 0, 0.5, _fn("special_i0e")(ctx.self)
                                             - ctx.result * (ctx.self.sign() + 1 / ctx.self)),
          save=("self", "result"), tags=P, method=False, function=False, doc="exp(-|x|) i1(x).")
+
+
+# Bessel and Airy functions: no derivative in PyTorch (their results never require grad), none here
+for _name in ("bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1",
+              "modified_bessel_k0", "modified_bessel_k1", "scaled_modified_bessel_k0", "scaled_modified_bessel_k1",
+              "spherical_bessel_j0", "airy_ai"):
+    register(f"special_{_name}(Tensor self) -> Tensor", f"torch.special.{_name}", tags=ND, method=False,
+             function=False, doc=f"torch.special.{_name}.")
+
+
+def _zeta_bwd(ctx, g):
+    if ctx.needs_input_grad[0]:
+        raise NotImplementedError("the derivative of zeta with respect to its first argument (x) is not implemented "
+                                  "(as in PyTorch)")
+    x, q = ctx.self, ctx.other
+    return None, unbroadcast(g * -x * _fn("special_zeta")(x + 1.0, q), q)
+
+
+register("special_zeta(Tensor self, Tensor other) -> Tensor", "torch.special.zeta", backward=_zeta_bwd,
+         save=("self", "other"), tags=P, method=False, function=False,
+         doc="Hurwitz zeta function sum_k (k + q)^-x; differentiable in q.")
 
 
 # ---- samplers of tensorplay.distributions ----------------------------------------------------------------

@@ -286,3 +286,23 @@ def test_lowered_special_functions_fuse_under_strict_native():
     ci = tp.compile(lambda a, b: tp.heaviside(a, b) * 3 + tp.sinc(a), strict_native=True)
     ci(ia, ib)
     assert_close(ci(ia, ib), tp.heaviside(ia, ib) * 3 + tp.sinc(ia), rtol=2e-6, atol=1e-6)
+
+
+@pytest.mark.parametrize("name", ["bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0",
+                                  "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
+                                  "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0",
+                                  "airy_ai"])
+def test_bessel_and_airy_functions_equal_torch_without_gradient(name):
+    for x in layouts((3, 4), low=0.1, high=4.0):
+        check_op(getattr(tp.special, name), getattr(torch.special, name), x, grad=False)
+    check_op(getattr(tp.special, name), getattr(torch.special, name), torch.arange(1, 6), grad=False)   # int64
+    out = getattr(tp.special, name)(to_tp(_rand(3, low=0.5, high=2.0), requires_grad=True))
+    assert not out.requires_grad                                      # like torch: no derivative
+
+
+def test_zeta_values_and_gradient_in_q():
+    x, q = _rand(3, 4, low=1.5, high=4.0, seed=25), _rand(4, low=0.5, high=3.0, seed=26)
+    check_op(tp.special.zeta, torch.special.zeta, x, q, grad=False)
+    check_op(lambda q: tp.special.zeta(to_tp(x.double()), q), lambda q: torch.special.zeta(x.double(), q), q.double())
+    with pytest.raises(NotImplementedError, match="first argument"):
+        tp.special.zeta(to_tp(x, requires_grad=True), to_tp(q)).sum().backward()

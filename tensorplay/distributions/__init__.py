@@ -3,7 +3,7 @@
 Families: Normal, LogNormal, Uniform, Laplace, Cauchy, Exponential, Gamma, Chi2, Beta, Dirichlet,
 StudentT, MultivariateNormal, LowRankMultivariateNormal, HalfNormal, HalfCauchy, Gumbel, Weibull,
 Pareto, Kumaraswamy, FisherSnedecor (continuous); Bernoulli, Categorical, OneHotCategorical,
-Binomial, Multinomial, Poisson, Geometric, NegativeBinomial (discrete); the relaxed (Concrete)
+Binomial, Multinomial, Poisson, Geometric, NegativeBinomial (discrete); ContinuousBernoulli; the relaxed (Concrete)
 Bernoulli and one-hot categorical; MixtureSameFamily, Independent and TransformedDistribution (with
 Exp, Affine, Sigmoid, Tanh, Power, Abs and composed transforms) as combinators;
 ``kl_divergence``/``register_kl``; ``biject_to``/``transform_to``.
@@ -22,8 +22,8 @@ from . import constraints, transforms  # noqa: F401
 from .constraint_registry import biject_to, transform_to
 from .continuous import Beta, Cauchy, Chi2, Dirichlet, Exponential, Gamma, Laplace, Normal, StudentT, Uniform
 from .discrete import Bernoulli, Binomial, Categorical, Geometric, Multinomial, OneHotCategorical, Poisson
-from .derived import (AbsTransform, FisherSnedecor, Gumbel, HalfCauchy, HalfNormal, Kumaraswamy, MixtureSameFamily,
-                      NegativeBinomial, Pareto, Weibull)
+from .derived import (AbsTransform, ContinuousBernoulli, FisherSnedecor, Gumbel, HalfCauchy, HalfNormal, Kumaraswamy,
+                      MixtureSameFamily, NegativeBinomial, Pareto, Weibull)
 from .distribution import Distribution
 from .kl import kl_divergence, register_kl
 from .multivariate import Independent, LowRankMultivariateNormal, MultivariateNormal
@@ -34,7 +34,8 @@ from .transforms import (AffineTransform, ComposeTransform, ExpTransform, LogNor
 __all__ = ["Distribution", "Normal", "LogNormal", "Uniform", "Laplace", "Cauchy", "Exponential", "Gamma", "Chi2",
            "Beta", "Dirichlet", "StudentT", "MultivariateNormal", "LowRankMultivariateNormal", "HalfNormal",
            "HalfCauchy", "Gumbel", "Weibull", "Pareto", "Kumaraswamy", "FisherSnedecor", "Bernoulli", "Categorical",
-           "OneHotCategorical", "Binomial", "Multinomial", "Poisson", "Geometric", "NegativeBinomial",
+           "OneHotCategorical", "ContinuousBernoulli", "Binomial", "Multinomial", "Poisson", "Geometric",
+           "NegativeBinomial",
            "LogitRelaxedBernoulli", "RelaxedBernoulli", "ExpRelaxedCategorical", "RelaxedOneHotCategorical",
            "MixtureSameFamily", "Independent", "TransformedDistribution", "Transform", "ExpTransform",
            "AffineTransform", "SigmoidTransform", "TanhTransform", "PowerTransform", "AbsTransform",
@@ -51,7 +52,8 @@ _TORCH_MODULES = {"continuous": ("normal", "uniform", "laplace", "cauchy", "expo
                   "transforms": ("transformed_distribution", "log_normal"),
                   "relaxed": ("relaxed_bernoulli", "relaxed_categorical"),
                   "derived": ("half_normal", "half_cauchy", "gumbel", "weibull", "pareto", "negative_binomial",
-                              "mixture_same_family", "fishersnedecor", "kumaraswamy"),
+                              "mixture_same_family", "fishersnedecor", "kumaraswamy",
+                              "continuous_bernoulli"),
                   "kl": (), "utils": (), "distribution": (), "constraint_registry": ()}
 for _mod, _aliases in _TORCH_MODULES.items():
     for _alias in _aliases:

@@ -1,6 +1,6 @@
 """Distributions built from the others: HalfNormal, HalfCauchy, Gumbel, Weibull, Pareto, Kumaraswamy
 (transforms of a base distribution), FisherSnedecor (a ratio of Gammas), NegativeBinomial (a
-Gamma-Poisson mixture) and MixtureSameFamily.
+Gamma-Poisson mixture), ContinuousBernoulli and MixtureSameFamily.
 
 PyTorch's parameterisations, constraints and formulas: values equal ``torch.distributions``.  The
 transformed ones sample by transforming their base's draws (so ``rsample`` is reparameterised) and
@@ -22,10 +22,10 @@ from .continuous import Cauchy, Exponential, Gamma, Normal, Uniform
 from .discrete import Categorical, _ProbsOrLogits
 from .distribution import Distribution
 from .transforms import AffineTransform, ExpTransform, PowerTransform, Transform, TransformedDistribution
-from .utils import broadcast_all
+from .utils import broadcast_all, clamp_probs, lazy_property
 
 __all__ = ["AbsTransform", "HalfNormal", "HalfCauchy", "Gumbel", "Weibull", "Pareto", "NegativeBinomial",
-           "MixtureSameFamily", "FisherSnedecor", "Kumaraswamy"]
+           "MixtureSameFamily", "FisherSnedecor", "Kumaraswamy", "ContinuousBernoulli"]
 
 _EULER = 0.57721566490153286060
 
@@ -414,3 +414,96 @@ class Kumaraswamy(TransformedDistribution):
         c1, c0 = self.concentration1, self.concentration0
         h0 = tp.digamma(c0 + 1) + _EULER
         return (1 - c0.reciprocal()) + (1 - c1.reciprocal()) * h0 - c1.log() - c0.log()
+
+
+class ContinuousBernoulli(_ProbsOrLogits):
+    """The continuous Bernoulli on [0, 1] (density ∝ p^x (1-p)^(1-x)); near p = 1/2, where the closed
+    forms cancel, the normaliser and moments use PyTorch's Taylor expansions (``lims``)."""
+    arg_constraints = {"probs": constraints.unit_interval, "logits": constraints.real}
+    support = constraints.unit_interval
+    has_rsample = True
+    _lims = (0.499, 0.501)
+
+    def __init__(self, probs=None, logits=None, lims=(0.499, 0.501), validate_args=None):
+        if probs is not None:
+            probs = broadcast_all(probs)[0]
+            # (PyTorch checks here whenever validate_args is given, then clamps into [eps, 1 - eps])
+            if validate_args is not None and not bool(constraints.unit_interval.check(probs).all()):
+                raise ValueError("The parameter probs has invalid values")
+            probs = clamp_probs(probs)
+        self._init_pl(probs, logits, {}, validate_args)
+        self._lims = lims
+
+    def expand(self, batch_shape, _instance=None):
+        new = super().expand(batch_shape, self._get_checked_instance(ContinuousBernoulli, _instance))
+        new._lims = self._lims
+        return new
+
+    @lazy_property
+    def probs(self):
+        return clamp_probs(self.logits.sigmoid())
+
+    def _outside_unstable_region(self):
+        return (self.probs <= self._lims[0]) | (self.probs > self._lims[1])
+
+    def _cut_probs(self):
+        return tp.where(self._outside_unstable_region(), self.probs, self._lims[0] * tp.ones_like(self.probs))
+
+    def _cont_bern_log_norm(self):
+        cut = self._cut_probs()
+        below = tp.where(cut <= 0.5, cut, tp.zeros_like(cut))
+        above = tp.where(cut >= 0.5, cut, tp.ones_like(cut))
+        log_norm = ((-cut).log1p() - cut.log()).abs().log() - tp.where(cut <= 0.5, (-2.0 * below).log1p(),
+                                                                        (2.0 * above - 1.0).log())
+        x = (self.probs - 0.5).pow(2)
+        taylor = math.log(2.0) + (4.0 / 3.0 + 104.0 / 45.0 * x) * x
+        return tp.where(self._outside_unstable_region(), log_norm, taylor)
+
+    @property
+    def mean(self):
+        cut = self._cut_probs()
+        mus = cut / (2.0 * cut - 1.0) + 1.0 / ((-cut).log1p() - cut.log())
+        x = self.probs - 0.5
+        taylor = 0.5 + (1.0 / 3.0 + 16.0 / 45.0 * x.pow(2)) * x
+        return tp.where(self._outside_unstable_region(), mus, taylor)
+
+    @property
+    def variance(self):
+        cut = self._cut_probs()
+        v = cut * (cut - 1.0) / (1.0 - 2.0 * cut).pow(2) + 1.0 / ((-cut).log1p() - cut.log()).pow(2)
+        x = (self.probs - 0.5).pow(2)
+        taylor = 1.0 / 12.0 - (1.0 / 15.0 - 128.0 / 945.0 * x) * x
+        return tp.where(self._outside_unstable_region(), v, taylor)
+
+    stddev = property(lambda self: self.variance.sqrt())
+    def sample(self, sample_shape=torch.Size()):
+        with tp.no_grad():
+            return self.rsample(sample_shape)
+
+    def rsample(self, sample_shape=torch.Size()):
+        shape = tuple(self._extended_shape(sample_shape))
+        return self.icdf(tp.rand(shape, dtype=self.probs.dtype, device=self.probs.device))
+
+    def log_prob(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        logits, value = broadcast_all(self.logits, value)
+        return -tp.nn.functional.binary_cross_entropy_with_logits(logits, value, reduction="none") + \
+            self._cont_bern_log_norm()
+
+    def cdf(self, value):
+        if self._validate_args:
+            self._validate_sample(value)
+        cut = self._cut_probs()
+        cdfs = (cut.pow(value) * (1.0 - cut).pow(1.0 - value) + cut - 1.0) / (2.0 * cut - 1.0)
+        unbounded = tp.where(self._outside_unstable_region(), cdfs, value)
+        return tp.where(value <= 0.0, tp.zeros_like(value), tp.where(value >= 1.0, tp.ones_like(value), unbounded))
+
+    def icdf(self, value):
+        cut = self._cut_probs()
+        x = ((-cut + value * (2.0 * cut - 1.0)).log1p() - (-cut).log1p()) / (cut.log() - (-cut).log1p())
+        return tp.where(self._outside_unstable_region(), x, value)
+
+    def entropy(self):
+        log_p0, log_p1 = (-self.probs).log1p(), self.probs.log()
+        return self.mean * (log_p0 - log_p1) - self._cont_bern_log_norm() - log_p0

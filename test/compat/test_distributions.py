@@ -97,6 +97,8 @@ CASES = {
                        lambda d: pos(4, 3, seed=7), ("mean", "mode", "variance")),
     "Kumaraswamy": (lambda: dict(concentration1=pos(3, lo=1.2), concentration0=pos(3, seed=1, lo=1.2)),
                     lambda d: unit(4, 3, seed=7), ("mean", "mode", "variance", "entropy")),
+    "ContinuousBernoulli": (lambda: dict(probs=torch.tensor([0.1, 0.4995, 0.5, 0.7, 0.95], dtype=torch.float64)),
+                            lambda d: unit(4, 5, seed=7), ("mean", "variance", "stddev", "entropy", "cdf")),
     "Multinomial": (lambda: dict(total_count=6, probs=simplex(2, 4)),
                     lambda d: TD.Multinomial(6, probs=simplex(2, 4)).sample((4,)), ("mean", "variance", "entropy")),
 }
@@ -151,7 +153,8 @@ def test_sample_shapes_and_expand(name):
 
 STAT_CASES = ["Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT", "LogNormal",
               "MultivariateNormal", "Bernoulli", "Geometric", "Binomial", "Poisson", "OneHotCategorical", "Multinomial",
-              "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "NegativeBinomial", "FisherSnedecor", "Kumaraswamy"]
+              "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "NegativeBinomial", "FisherSnedecor", "Kumaraswamy",
+              "ContinuousBernoulli"]
 
 
 @pytest.mark.parametrize("name", STAT_CASES)
@@ -188,7 +191,8 @@ def test_samples_equal_torch_after_the_same_seed():
     """The draws use the global generator the way torch.distributions does: same seed, same numbers."""
     for name in ("Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT",
                  "MultivariateNormal", "Bernoulli", "Poisson", "Binomial", "Categorical", "HalfNormal", "HalfCauchy",
-                 "Gumbel", "Weibull", "Pareto", "NegativeBinomial", "FisherSnedecor", "Kumaraswamy"):
+                 "Gumbel", "Weibull", "Pareto", "NegativeBinomial", "FisherSnedecor", "Kumaraswamy",
+                 "ContinuousBernoulli"):
         params = CASES[name][0]()
         d, td = _pair(name, params)
         tp.manual_seed(5)
@@ -199,7 +203,8 @@ def test_samples_equal_torch_after_the_same_seed():
 
 
 RSAMPLE = ["Normal", "Uniform", "Laplace", "Exponential", "Gamma", "Beta", "Dirichlet", "StudentT", "LogNormal",
-           "MultivariateNormal", "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "FisherSnedecor", "Kumaraswamy"]
+           "MultivariateNormal", "Chi2", "HalfNormal", "Gumbel", "Weibull", "Pareto", "FisherSnedecor", "Kumaraswamy",
+           "ContinuousBernoulli"]
 
 
 @pytest.mark.parametrize("name", RSAMPLE)
@@ -357,6 +362,8 @@ def test_validation_errors_like_torch():
         D.Exponential(to_tp(pos(2))).log_prob(to_tp(-pos(2)))
     with pytest.raises(ValueError, match="within the support"):
         D.Categorical(probs=to_tp(simplex(3))).log_prob(to_tp(torch.tensor(3)))
+    with pytest.raises(ValueError, match="The parameter probs has invalid values"):
+        D.ContinuousBernoulli(probs=to_tp(pos(2) + 1), validate_args=True)
     with pytest.raises(ValueError, match="broadcastable"):
         D.Normal(to_tp(real(3)), to_tp(pos(3))).log_prob(to_tp(real(2)))
     # validate_args=False skips the checks (and log_prob of an out-of-support value is then computed)

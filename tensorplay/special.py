@@ -13,7 +13,8 @@ from .ops import OPS
 __all__ = ["entr", "ndtr", "ndtri", "log_ndtr", "erfcx", "xlog1py", "i0e", "i1", "i1e", "i0", "xlogy",
            "expit", "logit", "gammaln", "digamma", "psi", "polygamma", "multigammaln", "erf", "erfc", "erfinv",
            "expm1", "exp2", "log1p", "sinc", "round", "logsumexp", "softmax", "log_softmax", "gammainc", "gammaincc",
-           "zeta", "airy_ai", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0", "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
+           "zeta", "airy_ai", "bessel_j0", "bessel_j1", "bessel_y0", "bessel_y1", "modified_bessel_i0",
+           "modified_bessel_i1", "modified_bessel_k0", "modified_bessel_k1",
            "scaled_modified_bessel_k0", "scaled_modified_bessel_k1", "spherical_bessel_j0"]
 
 _f = {name: OPS[name].fn for name in OPS}

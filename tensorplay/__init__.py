@@ -73,7 +73,7 @@ def get_num_threads() -> "int":
 __version__ = "0.1.0"
 
 # nn / optim / data / checkpoints (imported last: they build on everything above)
-from . import nn, optim, profiler, utils  # noqa: E402
+from . import nn, optim, profiler, utils, special, distributions  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import fft, linalg  # noqa: E402
 for _name, _fn in linalg.LEGACY.items():   # tp.svd / tp.qr / tp.matrix_power and their methods

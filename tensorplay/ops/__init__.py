@@ -17,7 +17,7 @@ import numbers
 import torch
 
 from .registry import OPS, OpDef, call, get, register  # noqa: F401
-from . import factories, pointwise, reduction, view, sorting, linalg, ragged, nn_ops, functional_ops  # noqa: F401  (registration)
+from . import factories, pointwise, reduction, view, sorting, linalg, ragged, nn_ops, functional_ops, special  # noqa: F401  (registration)
 from . import search, combine  # noqa: F401,E402  (registration)
 from . import linalg_extra, fft  # noqa: F401,E402  (registration: tp.linalg, tp.fft)
 from .._tensor import Tensor

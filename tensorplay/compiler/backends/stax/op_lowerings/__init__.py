@@ -28,6 +28,7 @@ The rules live in one module per family of the op table (``tensorplay/ops/``), r
   reduction_rules.py  the ``reduction`` helpers; sum ... norm, mean, var/std (Welford), logsumexp
   view_rules.py       views, copying shape ops, integer-tensor indexing (embedding included)
   nn_rules.py         softmax, the normalisations, pooling and nearest upsampling, losses
+  special_rules.py    the special functions the ``ops`` interface can write (xlogy, logaddexp, sinc...)
   extern_rules.py     the ops Stax calls ATen for (matrix products, convolutions, sorts, scans, ...)
 
 Views of unrealized values remap indices (permute, transpose, expand, slicing with step, select,
@@ -49,6 +50,6 @@ from ..ops_handler import ops
 from .registry import LOWERINGS, V, cdt, current_op, register_lowering
 from .pointwise_rules import pointwise
 from .reduction_rules import reduction
-from . import factory_rules, random_rules, view_rules, nn_rules, extern_rules  # noqa: F401  (registration)
+from . import factory_rules, random_rules, view_rules, nn_rules, extern_rules, special_rules  # noqa: F401  (registration)
 
 __all__ = ["LOWERINGS", "register_lowering", "pointwise", "reduction", "cdt", "current_op", "V", "ops"]

@@ -367,6 +367,20 @@ def test_layernorm_softmax_attention_blocks():
     assert all(s.shape[-2:] != (8, 8) for s in parts["min_cut"].saved)
 
 
+def test_cross_entropy_saves_the_logits_and_row_statistics():
+    """The logits (a matmul's output, in memory anyway) and the (N, 1) logsumexp are saved, not the
+    (N, C) log-probabilities x - lse, smaller by one row of statistics (CHEAP_SAVE_PENALTY: C > 64)."""
+    h, w, t = rand(6, 8), rand(8, 200), tp.from_torch(torch.randint(0, 200, (6,)))
+
+    def loss(h, w, t):
+        return F.cross_entropy(h @ w, t)
+    j, ins = joint_of(loss, h, w, t)
+    P = check_partitions(j, ins, eager=loss)["min_cut"]
+    shapes = sorted(tuple(s.shape) for s in P.saved if not s.is_input)
+    assert shapes == [(6, 1), (6, 200)], shapes
+    assert "sub" not in op_names(P.fw_gm)
+
+
 def test_gpt_block_min_cut_saves_fewer_bytes():
     from gpt import Block, GPTConfig
     tp.manual_seed(0)

@@ -50,6 +50,12 @@ Cost model (documented, replaceable — invariant 7):
   that reads it, §6), with one limit: a cheap forward value read by more than
   ``max_recompute_fanout`` (default 4) nodes outside ``F`` is treated as not cheap — each of those
   readers would recompute it.
+* a saved *cheap* value costs ``bytes + bytes // CHEAP_SAVE_PENALTY`` (1/64 more): the forward
+  must write it, a pass its fused kernel would not otherwise make, where a value that is not cheap
+  (a primal, a matmul's or a reduction's output) is in memory anyway and is only kept.  Near-ties
+  go to the latter: cross_entropy's backward reads the logits and the (N, 1) row statistics, not
+  the (N, C) log-probabilities ``x - lse`` one row of statistics smaller (a GPT step's forward wrote
+  them: 1.65 GB more, +0.3 ms on an H200).
 * ties: among all minimum cuts we take the one with the **smallest source side** (the nodes
   reachable from ``source`` in the residual network of the maximum flow, which is unique), i.e. the
   values saved as early as possible and the most recomputation.  This is why example 5.1 saves
@@ -84,6 +90,8 @@ __all__ = ["SavedValue", "Partition", "default_partition", "min_cut_partition", 
 
 #: a cheap forward value read by more backward nodes than this is saved rather than recomputed
 MAX_RECOMPUTE_FANOUT = 4
+#: a saved cheap value costs 1/CHEAP_SAVE_PENALTY more than its bytes (the module doc's cost model)
+CHEAP_SAVE_PENALTY = 64
 
 _CHEAP_TAGS = frozenset({"pointwise", "view", "shape"})
 _NEVER_RECOMPUTE_TAGS = frozenset({"random", "nondeterministic", "dynamic_shape"})
@@ -260,11 +268,12 @@ def _network(a: _Joint, max_fanout):
             continue
         nin, nout = n.name + "_in", n.name + "_out"
         b = value_bytes(n)
+        fixed = a.unrecomputable(n, max_fanout)
         if b is None:
             G.add_edge(nin, nout)
         else:
-            G.add_edge(nin, nout, capacity=b)
-        if a.unrecomputable(n, max_fanout):
+            G.add_edge(nin, nout, capacity=b if fixed else b + b // CHEAP_SAVE_PENALTY)
+        if fixed:
             G.add_edge("source", nin)
         if n in a.tangent_dep:
             G.add_edge(nin, "sink")

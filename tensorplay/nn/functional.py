@@ -451,7 +451,13 @@ def dropout1d(input, p=0.5, training=True, inplace=False):
 
 
 def dropout2d(input, p=0.5, training=True, inplace=False):
-    """Zero whole channels of (N, C, H, W) / (C, H, W) inputs."""
+    """Zero whole channels of (N, C, H, W) / (C, H, W) inputs.  A 2-d input is dropped element by
+    element with PyTorch's deprecation warning (as PyTorch does: each (n, c) is its own channel)."""
+    if isinstance(input, Tensor) and input.dim() == 2:
+        warnings.warn("tp.dropout2d: received a 2-D input, which is deprecated (as in PyTorch); each element is "
+                      "dropped as its own channel -- use dropout for that", UserWarning, stacklevel=2)
+        out = _feature_dropout(input.unsqueeze(-1).unsqueeze(-1), p, training, False, 2, "dropout2d").reshape(input.shape)
+        return input.copy_(out) if inplace else out
     return _feature_dropout(input, p, training, inplace, 2, "dropout2d")
 
 

@@ -735,3 +735,16 @@ def test_cuda_training_matches_cpu(tmp_path):
                                   seed=0)
     xb, yb = next(iter(dl))
     assert xb.is_cuda and xb.shape == (8, 6)
+
+
+def test_dropout2d_of_a_2d_input_warns_and_drops_elements_as_pytorch():
+    import warnings
+    x = tp.from_torch(torch.rand(64, 32) + 0.5)
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        y = tp.nn.functional.dropout2d(x, 0.5, True).torch()
+    assert any("2-D input" in str(m.message) for m in w)
+    kept = y != 0
+    assert 0.35 < kept.float().mean().item() < 0.65                       # element by element
+    torch.testing.assert_close(y[kept], x.torch()[kept] * 2)
+    assert tp.backends.cudnn is torch.backends.cudnn

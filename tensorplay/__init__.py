@@ -76,7 +76,7 @@ __version__ = "0.1.0"
 from . import nn, optim, profiler, utils, special, distributions  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import fft, linalg  # noqa: E402
-from . import backends  # noqa: E402,F401  (torch.backends flags: cudnn.benchmark, ...)
+from . import backends, onnx  # noqa: E402,F401  (torch.backends flags; the onnx name programs import)
 for _name, _fn in linalg.LEGACY.items():   # tp.svd / tp.qr / tp.matrix_power and their methods
     globals()[_name] = _fn
     setattr(Tensor, _name, _fn)

@@ -748,3 +748,9 @@ def test_dropout2d_of_a_2d_input_warns_and_drops_elements_as_pytorch():
     assert 0.35 < kept.float().mean().item() < 0.65                       # element by element
     torch.testing.assert_close(y[kept], x.torch()[kept] * 2)
     assert tp.backends.cudnn is torch.backends.cudnn
+
+
+def test_onnx_name_imports_and_export_raises_clearly():
+    import tensorplay.onnx
+    with pytest.raises(NotImplementedError, match="tp.onnx.export"):
+        tensorplay.onnx.export(tp.nn.Linear(2, 2), (tp.randn(1, 2),), "m.onnx")

@@ -126,6 +126,22 @@ class Tensor:
         return self._data.is_cuda
 
     @property
+    def is_cpu(self) -> bool:
+        return self._data.is_cpu
+
+    @property
+    def is_xpu(self) -> bool:
+        return self._data.is_xpu
+
+    @property
+    def is_mps(self) -> bool:
+        return self._data.is_mps
+
+    @property
+    def is_meta(self) -> bool:
+        return self._data.is_meta
+
+    @property
     def is_floating_point_(self):
         return self._data.is_floating_point()
 

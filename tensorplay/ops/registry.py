@@ -287,7 +287,7 @@ def _make_function(op: OpDef) -> Callable:
         params.append("**_kw")   # the sizes by keyword: x.flip(dims=(0,)), torch.permute(x, dims=...)
         body = (f"    if _kw:\n"
                 f"        if {op.varargs} or list(_kw) != [{op.varargs!r}]:\n"
-                f"            raise TypeError(f'{s.name}() got unexpected arguments {{sorted(_kw)}}')\n"
+                f"            raise TypeError(f'tp.{s.name}: unexpected keyword argument(s) {{sorted(_kw)}}')\n"
                 f"        {op.varargs} = _kw[{op.varargs!r}]\n"
                 f"    elif len({op.varargs}) == 1 and not isinstance({op.varargs}[0], (int, torch.SymInt)):\n"
                 f"        {op.varargs} = {op.varargs}[0]\n")

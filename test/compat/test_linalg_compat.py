@@ -151,12 +151,13 @@ def test_eigh():
 
 
 def test_lstsq_pinv_rank():
+    # LAPACK's least squares and SVD are not bit-reproducible across machines/threads: compare to tolerance
     a, b = rn(5, 3), rn(5, 2)
-    _chk(lambda x, y: tp.linalg.lstsq(x, y).solution, lambda x, y: torch.linalg.lstsq(x, y).solution, a, b)
-    _chk(lambda x, y: tp.linalg.lstsq(x, y)[0], lambda x, y: torch.linalg.lstsq(x, y)[0], rn(2, 4, 3), rn(2, 4, 1))
-    _chk(tp.linalg.pinv, torch.linalg.pinv, a)
-    _chk(tp.linalg.pinv, torch.linalg.pinv, a.t())                  # wide
-    _chk(tp.pinverse, torch.pinverse, rn(2, 3, 4))
+    _chk(lambda x, y: tp.linalg.lstsq(x, y).solution, lambda x, y: torch.linalg.lstsq(x, y).solution, a, b, exact=False)
+    _chk(lambda x, y: tp.linalg.lstsq(x, y)[0], lambda x, y: torch.linalg.lstsq(x, y)[0], rn(2, 4, 3), rn(2, 4, 1), exact=False)
+    _chk(tp.linalg.pinv, torch.linalg.pinv, a, exact=False)
+    _chk(tp.linalg.pinv, torch.linalg.pinv, a.t(), exact=False)               # wide
+    _chk(tp.pinverse, torch.pinverse, rn(2, 3, 4), exact=False)
     low = rn(5, 2) @ rn(2, 4)
     assert tp.linalg.matrix_rank(to_tp(low)).item() == torch.linalg.matrix_rank(low).item() == 2
     assert_close(tp.linalg.matrix_rank(to_tp(spd(2, 3, 3)), hermitian=True),

@@ -62,6 +62,8 @@ CASES = {
     "nn: cross_entropy": ("nn", lambda x, t: F.cross_entropy(x, t), lambda n: (tp.randn(n, 10), _ri(n, 10)), 1e-5),
     "nn: mse / l1 / smooth_l1": ("nn", lambda x, y: F.mse_loss(x, y) + F.l1_loss(x, y) + F.smooth_l1_loss(x, y),
                                  lambda n: (tp.randn(n, 3), tp.randn(n, 3)), 1e-5),
+    "special: xlogy / logaddexp / sinc / entr": ("special", lambda x, y: tp.xlogy(x.abs(), y.abs()) + tp.logaddexp(x, y) + tp.sinc(x)
+                                                 + tp.special.entr(y.abs()), lambda n: (tp.randn(n, 3), tp.randn(n, 3)), 1e-5),
     "extern: bmm with epilogue": ("extern", lambda a, b: (a @ b).relu(), lambda n: (tp.randn(2, n, 8), tp.randn(2, 8, 5)), 1e-5),
     "extern: sort and cumsum": ("extern", lambda x: x.sort(-1)[0] + x.cumsum(-1), lambda n: (tp.randn(3, n),), 1e-5),
     "extern: conv2d (weights a parameter)": ("extern", nn.Sequential(nn.Conv2d(2, 3, 3, padding=1), nn.ReLU()),

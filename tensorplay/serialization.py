@@ -19,9 +19,15 @@ Guarantees of a round trip ``tp.load(tp.save(obj))``:
 Objects of other types (a whole ``Module``, custom classes) are pickled as they are; loading them
 needs ``weights_only=False`` (only for files you trust).  ``tp.load`` also reads plain
 ``torch.save`` files, turning their torch tensors into tp tensors.
+
+``safe_globals(objs)`` / ``add_safe_globals`` / ``get_safe_globals`` / ``clear_safe_globals`` are
+PyTorch's allowlist of classes and functions the safe loader may rebuild (a whole saved module
+needs its classes listed); inside ``safe_globals`` tensorplay's own tensor and parameter
+reconstructors are allowed as well, so a listed module's tp parameters load.
 """
 from __future__ import annotations
 
+import contextlib
 import pickle
 from collections import OrderedDict
 
@@ -29,7 +35,7 @@ import torch
 
 from ._tensor import Tensor, _wrap
 
-__all__ = ["save", "load"]
+__all__ = ["save", "load", "safe_globals", "add_safe_globals", "get_safe_globals", "clear_safe_globals"]
 
 _MARK = "__tp_tensor__"
 _MAGIC = "__tensorplay__"
@@ -122,3 +128,27 @@ def load(f, map_location=None, weights_only: bool = True):
                 t.requires_grad_(True)
         objs.append(t)
     return _unpack(payload["obj"], objs)
+
+
+def _tp_reconstructors():
+    """The functions tp tensors and parameters pickle through (``Tensor.__reduce_ex__``)."""
+    from ._tensor import _rebuild
+    from .nn.parameter import _rebuild_parameter
+    return [_rebuild, _rebuild_parameter]
+
+
+@contextlib.contextmanager
+def safe_globals(safe_globals):
+    """Within the block the safe loader (``weights_only=True``) may rebuild ``safe_globals`` (classes,
+    functions) and tp tensors/parameters; PyTorch's ``torch.serialization.safe_globals``."""
+    with torch.serialization.safe_globals(list(safe_globals) + _tp_reconstructors()):
+        yield
+
+
+def add_safe_globals(safe_globals):
+    """Allow ``safe_globals`` (and tp tensors/parameters) in every later safe load."""
+    torch.serialization.add_safe_globals(list(safe_globals) + _tp_reconstructors())
+
+
+get_safe_globals = torch.serialization.get_safe_globals
+clear_safe_globals = torch.serialization.clear_safe_globals

@@ -252,6 +252,12 @@ def test_safe_loading_and_torch_files(tmp_path):
         tp.load(tmp_path / "module.tp")
     m = tp.load(tmp_path / "module.tp", weights_only=False)
     assert isinstance(m, nn.Linear) and isinstance(m.weight, nn.Parameter) and m.weight.requires_grad
+    # the safe loader with the module's classes allowed (PyTorch's safe_globals), as word_language_model does
+    with tp.serialization.safe_globals([nn.Linear]):
+        ms = tp.load(tmp_path / "module.tp")
+    assert_close(ms.weight, m.weight, exact=True) and isinstance(ms.weight, nn.Parameter)
+    with pytest.raises(pickle.UnpicklingError):   # the allowlist is gone after the block
+        tp.load(tmp_path / "module.tp")
     # a plain torch checkpoint loads as tp tensors (ties kept)
     lin = torch.nn.Linear(3, 3)
     torch.save({"w": lin.weight, "same": lin.weight, "sd": lin.state_dict()}, tmp_path / "torch.pt")

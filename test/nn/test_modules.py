@@ -330,8 +330,25 @@ def test_transformer_encoder_layer(norm_first, activation):
     kpm[1, 3:] = True
     compare(tmod, pmod, torch.randn(3, 5, 8), rtol=1e-5, atol=1e-5,
             call=lambda m, x: m(x, src_key_padding_mask=tp_in(kpm, False) if isinstance(m, nn.Module) else kpm))
-    clean = lambda s: s.replace("NonDynamicallyQuantizableLinear", "Linear")  # noqa: E731
-    same_repr(repr(pmod), clean(repr(tmod)))
+    same_repr(repr(pmod), repr(tmod))
+
+
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_transformer_layer_training_draws_torchs_dropout_masks(batch_first):
+    """Seeded training with dropout equals PyTorch's: attention's output has PyTorch's memory layout,
+    so each dropout draws its mask in the same element order."""
+    kw = dict(d_model=16, nhead=2, dim_feedforward=16, dropout=0.1, batch_first=batch_first)
+    torch.manual_seed(1)
+    tmod = tnn.TransformerEncoderLayer(**kw)
+    tp.manual_seed(1)
+    pmod = nn.TransformerEncoderLayer(**kw)
+    x = torch.randn(8, 4, 16)
+    L = x.shape[1] if batch_first else x.shape[0]
+    torch.manual_seed(3)
+    a = tmod(x, src_mask=tnn.Transformer.generate_square_subsequent_mask(L), is_causal=True)
+    tp.manual_seed(3)
+    b = pmod(tp.from_torch(x), src_mask=nn.Transformer.generate_square_subsequent_mask(L), is_causal=True)
+    assert_close(b, a, rtol=1e-5, atol=1e-5)
 
 
 def test_transformer_encoder_stack():
@@ -341,6 +358,68 @@ def test_transformer_encoder_stack():
     pmod = nn.TransformerEncoder(layer_p, 2, norm=nn.LayerNorm(8))
     sync(tmod, pmod)
     compare(tmod, pmod, torch.randn(5, 2, 8), rtol=1e-5, atol=1e-5)
+
+
+@pytest.mark.parametrize("norm_first", [False, True])
+@pytest.mark.parametrize("batch_first", [False, True])
+def test_transformer_decoder_layer_and_stack(norm_first, batch_first):
+    kw = dict(d_model=8, nhead=2, dim_feedforward=16, dropout=0.0, batch_first=batch_first, norm_first=norm_first)
+    tmod = tnn.TransformerDecoder(tnn.TransformerDecoderLayer(**kw), 2, norm=tnn.LayerNorm(8))
+    pmod = nn.TransformerDecoder(nn.TransformerDecoderLayer(**kw), 2, norm=nn.LayerNorm(8))
+    sync(tmod, pmod)
+    tgt, mem = (torch.randn(3, 5, 8), torch.randn(3, 7, 8)) if batch_first else (torch.randn(5, 3, 8), torch.randn(7, 3, 8))
+    compare(tmod, pmod, tgt, mem, rtol=1e-5, atol=1e-5)
+    causal = tnn.Transformer.generate_square_subsequent_mask(5)
+    mkpm = torch.zeros(3, 7, dtype=torch.bool)
+    mkpm[2, 4:] = True
+
+    def call(m, t, k):
+        own = isinstance(m, nn.Module)
+        return m(t, k, tgt_mask=tp_in(causal, False) if own else causal,
+                 memory_key_padding_mask=tp_in(mkpm, False) if own else mkpm, tgt_is_causal=True)
+    compare(tmod, pmod, tgt, mem, rtol=1e-5, atol=1e-5, call=call)
+
+
+def test_transformer_model():
+    """nn.Transformer: the same seeded weights as torch (xavier over every matrix), outputs and gradients
+    with masks, the causal-mask helper, the shape checks."""
+    torch.manual_seed(5)
+    tmod = tnn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16,
+                           dropout=0.0)
+    tp.manual_seed(5)
+    pmod = nn.Transformer(d_model=8, nhead=2, num_encoder_layers=2, num_decoder_layers=1, dim_feedforward=16,
+                          dropout=0.0)
+    tsd, psd = tmod.state_dict(), pmod.state_dict()
+    assert list(tsd) == list(psd)
+    for k in tsd:
+        assert_close(psd[k], tsd[k], exact=True, msg=k)
+    src, tgt = torch.randn(6, 2, 8), torch.randn(4, 2, 8)
+    compare(tmod, pmod, src, tgt, rtol=1e-5, atol=1e-5)
+    m = tnn.Transformer.generate_square_subsequent_mask(4)
+    assert_close(nn.Transformer.generate_square_subsequent_mask(4), m, exact=True)
+    compare(tmod, pmod, src, tgt, rtol=1e-5, atol=1e-5,
+            call=lambda mod, s, t: mod(s, t, tgt_mask=tp_in(m, False) if isinstance(mod, nn.Module) else m))
+    with pytest.raises(RuntimeError, match="nn.Transformer: the batch number"):
+        pmod(tp.randn(6, 2, 8), tp.randn(4, 3, 8))
+    with pytest.raises(RuntimeError, match="d_model"):
+        pmod(tp.randn(6, 2, 8), tp.randn(4, 2, 6))
+    same_repr(repr(pmod), repr(tmod))
+
+
+def test_transformer_subclass_replaces_the_decoder():
+    """The word-language-model pattern: subclass nn.Transformer, replace ``decoder`` by a Linear, run the encoder."""
+    class LM(nn.Transformer):
+        def __init__(self):
+            super().__init__(d_model=8, nhead=2, dim_feedforward=16, num_encoder_layers=1, dropout=0.0)
+            self.decoder = nn.Linear(8, 11)
+
+        def forward(self, x):
+            return self.decoder(self.encoder(x, mask=nn.Transformer.generate_square_subsequent_mask(x.shape[0])))
+    m = LM()
+    out = m(tp.randn(5, 2, 8))
+    assert out.shape == (5, 2, 11) and tp.isfinite(out).all().item()
+    out.sum().backward()
+    assert m.encoder.layers[0].linear1.weight.grad is not None
 
 
 # ---------------------------------------------------------------------------------------------

@@ -17,7 +17,8 @@ from .loss import (L1Loss, MSELoss, CrossEntropyLoss, NLLLoss, BCELoss, BCEWithL
                    MultiLabelMarginLoss, MultiLabelSoftMarginLoss, MultiMarginLoss, TripletMarginLoss,
                    TripletMarginWithDistanceLoss, PoissonNLLLoss, GaussianNLLLoss, CTCLoss, PairwiseDistance,
                    CosineSimilarity)
-from .transformer import MultiheadAttention, TransformerEncoderLayer, TransformerEncoder
+from .transformer import (MultiheadAttention, Transformer, TransformerDecoder, TransformerDecoderLayer,
+                          TransformerEncoder, TransformerEncoderLayer)
 from .rnn import RNNBase, RNN, LSTM, GRU, RNNCellBase, RNNCell, LSTMCell, GRUCell
 from .fold import Unfold, Fold
 from .padding import *  # noqa: F401,F403
@@ -41,7 +42,8 @@ __all__ = [
     "MultiLabelMarginLoss", "MultiLabelSoftMarginLoss", "MultiMarginLoss", "TripletMarginLoss",
     "TripletMarginWithDistanceLoss", "PoissonNLLLoss", "GaussianNLLLoss", "CTCLoss", "PairwiseDistance",
     "CosineSimilarity",
-    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder",
+    "MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+    "TransformerDecoder", "Transformer",
     "RNNBase", "RNN", "LSTM", "GRU", "RNNCellBase", "RNNCell", "LSTMCell", "GRUCell",
     "Unfold", "Fold",
     "PixelShuffle", "PixelUnshuffle",

@@ -322,3 +322,6 @@ class Softmax2d(Module):
 
 __all__ += ["SELU", "CELU", "Threshold", "Hardshrink", "Softshrink", "GLU", "RReLU", "LogSigmoid", "Softmin",
             "Hardswish", "Hardsigmoid", "Softmax2d"]
+
+# PyTorch defines MultiheadAttention in this module; programs name it here (torch.nn.modules.activation.X)
+from .transformer import MultiheadAttention  # noqa: E402,F401

@@ -15,7 +15,8 @@ from .. import init
 from ..parameter import Parameter
 from .module import Module
 
-__all__ = ["Identity", "Linear", "Bilinear", "LazyLinear", "Flatten", "Unflatten"]
+__all__ = ["Identity", "Linear", "NonDynamicallyQuantizableLinear", "Bilinear", "LazyLinear", "Flatten",
+           "Unflatten"]
 
 
 def _empty(*shape, device=None, dtype=None):
@@ -56,6 +57,12 @@ class Linear(Module):
 
     def extra_repr(self) -> str:
         return f"in_features={self.in_features}, out_features={self.out_features}, bias={self.bias is not None}"
+
+
+class NonDynamicallyQuantizableLinear(Linear):
+    """``MultiheadAttention.out_proj``'s class in PyTorch (a plain ``Linear``; the name marks it for
+    PyTorch's quantisation tools).  Kept so that programs naming it (e.g. in ``safe_globals``) and
+    module reprs match PyTorch's."""
 
 
 class LazyLinear(Linear):

@@ -1,5 +1,5 @@
 """Attention and Transformer layers: ``MultiheadAttention``, ``TransformerEncoderLayer``,
-``TransformerEncoder``.
+``TransformerEncoder``, ``TransformerDecoderLayer``, ``TransformerDecoder`` and ``Transformer``.
 
 ``MultiheadAttention(E, H)`` computes, for each head h with ``D = E / H``::
 
@@ -20,6 +20,12 @@ the fused ``F.scaled_dot_product_attention`` is used and ``None`` is returned in
 
 ``TransformerEncoderLayer`` is self-attention + feed-forward, each wrapped in a residual connection
 with LayerNorm after (``norm_first=False``, post-norm) or before (``norm_first=True``, pre-norm) it.
+``TransformerDecoderLayer`` adds, between the two, attention from the target to the encoder's output
+(``memory``), with its own residual and LayerNorm (``norm2``; the feed-forward's is ``norm3``).
+``Transformer`` is an encoder stack and a decoder stack, each ending in a LayerNorm, with every
+matrix parameter initialised ``xavier_uniform_``; submodule and parameter names, defaults and the
+order of random draws at construction follow PyTorch, so a seeded construction gives the same
+weights and state dicts load both ways.
 """
 from __future__ import annotations
 
@@ -35,11 +41,12 @@ from ..._tensor import Tensor, _wrap
 from ..parameter import Parameter
 from .container import ModuleList
 from .dropout import Dropout
-from .linear import Linear
+from .linear import Linear, NonDynamicallyQuantizableLinear
 from .module import Module
 from .normalization import LayerNorm
 
-__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder"]
+__all__ = ["MultiheadAttention", "TransformerEncoderLayer", "TransformerEncoder", "TransformerDecoderLayer",
+           "TransformerDecoder", "Transformer"]
 
 
 def _float_mask(mask, dtype, who):
@@ -90,7 +97,7 @@ class MultiheadAttention(Module):
             self.in_proj_bias = Parameter(torch.empty(3 * embed_dim, **fk))
         else:
             self.register_parameter("in_proj_bias", None)
-        self.out_proj = Linear(embed_dim, embed_dim, bias=bias, **fk)
+        self.out_proj = NonDynamicallyQuantizableLinear(embed_dim, embed_dim, bias=bias, **fk)
         if add_bias_kv:
             self.bias_k = Parameter(torch.empty((1, 1, embed_dim), **fk))
             self.bias_v = Parameter(torch.empty((1, 1, embed_dim), **fk))
@@ -220,11 +227,13 @@ class MultiheadAttention(Module):
             else:
                 out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn, dropout_p=dropout_p)
             weights = None
-        out = out.transpose(1, 2).reshape(N, L, E)
-        out = self.out_proj(out)
+        # the output projection runs on (L, N, E) rows, as PyTorch's does: the result then has PyTorch's
+        # memory layout (a batch_first output is a transposed view), so a following dropout draws its
+        # mask in the same element order and seeded training matches PyTorch's
+        out = self.out_proj(out.permute(2, 0, 1, 3).reshape(L, N, E))
         if not batched:
-            out = out.squeeze(0)
-        elif not self.batch_first:
+            out = out.squeeze(1)
+        elif self.batch_first:
             out = out.transpose(0, 1)
         if weights is not None:
             if average_attn_weights:
@@ -251,21 +260,28 @@ def _activation(name):
     raise RuntimeError(f"activation should be relu/gelu, not {name}")
 
 
-class TransformerEncoderLayer(Module):
-    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
-                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
-                 bias: bool = True, device=None, dtype=None):
+class _TransformerLayer(Module):
+    """What encoder and decoder layers share: self-attention, (for a decoder) attention to the
+    memory, the feed-forward block, ``n`` LayerNorms and residual dropouts, registered in PyTorch's
+    order (so state dict keys and seeded initial weights match)."""
+
+    def __init__(self, d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                 bias, device, dtype, cross):
         super().__init__()
         fk = dict(device=device, dtype=dtype)
         self.self_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias, batch_first=batch_first, **fk)
+        if cross:
+            self.multihead_attn = MultiheadAttention(d_model, nhead, dropout=dropout, bias=bias,
+                                                     batch_first=batch_first, **fk)
         self.linear1 = Linear(d_model, dim_feedforward, bias=bias, **fk)
         self.dropout = Dropout(dropout)
         self.linear2 = Linear(dim_feedforward, d_model, bias=bias, **fk)
         self.norm_first = norm_first
-        self.norm1 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.norm2 = LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk)
-        self.dropout1 = Dropout(dropout)
-        self.dropout2 = Dropout(dropout)
+        self._blocks = 3 if cross else 2
+        for i in range(1, self._blocks + 1):
+            setattr(self, f"norm{i}", LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
+        for i in range(1, self._blocks + 1):
+            setattr(self, f"dropout{i}", Dropout(dropout))
         self.activation = _activation(activation) if isinstance(activation, str) else activation
 
     def _sa_block(self, x, attn_mask, key_padding_mask, is_causal):
@@ -274,7 +290,16 @@ class TransformerEncoderLayer(Module):
         return self.dropout1(x)
 
     def _ff_block(self, x):
-        return self.dropout2(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+        last = getattr(self, f"dropout{self._blocks}")
+        return last(self.linear2(self.dropout(self.activation(self.linear1(x)))))
+
+
+class TransformerEncoderLayer(_TransformerLayer):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
+                 bias: bool = True, device=None, dtype=None):
+        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                         bias, device, dtype, cross=False)
 
     def forward(self, src, src_mask=None, src_key_padding_mask=None, is_causal: bool = False):
         x = src
@@ -304,3 +329,112 @@ class TransformerEncoder(Module):
         if self.norm is not None:
             x = self.norm(x)
         return x
+
+
+class TransformerDecoderLayer(_TransformerLayer):
+    def __init__(self, d_model: int, nhead: int, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation="relu", layer_norm_eps: float = 1e-5, batch_first: bool = False, norm_first: bool = False,
+                 bias: bool = True, device=None, dtype=None):
+        super().__init__(d_model, nhead, dim_feedforward, dropout, activation, layer_norm_eps, batch_first, norm_first,
+                         bias, device, dtype, cross=True)
+
+    def _mha_block(self, x, mem, attn_mask, key_padding_mask, is_causal):
+        x = self.multihead_attn(x, mem, mem, attn_mask=attn_mask, key_padding_mask=key_padding_mask,
+                                need_weights=False, is_causal=is_causal)[0]
+        return self.dropout2(x)
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool = False, memory_is_causal: bool = False):
+        x = tgt
+        if self.norm_first:
+            x = x + self._sa_block(self.norm1(x), tgt_mask, tgt_key_padding_mask, tgt_is_causal)
+            x = x + self._mha_block(self.norm2(x), memory, memory_mask, memory_key_padding_mask, memory_is_causal)
+            x = x + self._ff_block(self.norm3(x))
+        else:
+            x = self.norm1(x + self._sa_block(x, tgt_mask, tgt_key_padding_mask, tgt_is_causal))
+            x = self.norm2(x + self._mha_block(x, memory, memory_mask, memory_key_padding_mask, memory_is_causal))
+            x = self.norm3(x + self._ff_block(x))
+        return x
+
+
+class TransformerDecoder(Module):
+    """``num_layers`` independent copies of ``decoder_layer`` applied in turn to the target (each
+    attending to the same ``memory``), then ``norm``."""
+
+    def __init__(self, decoder_layer, num_layers: int, norm=None):
+        super().__init__()
+        self.layers = ModuleList([copy.deepcopy(decoder_layer) for _ in range(num_layers)])
+        self.num_layers = num_layers
+        self.norm = norm
+
+    def forward(self, tgt, memory, tgt_mask=None, memory_mask=None, tgt_key_padding_mask=None,
+                memory_key_padding_mask=None, tgt_is_causal: bool | None = None, memory_is_causal: bool = False):
+        x = tgt
+        for layer in self.layers:
+            x = layer(x, memory, tgt_mask=tgt_mask, memory_mask=memory_mask, tgt_key_padding_mask=tgt_key_padding_mask,
+                      memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=bool(tgt_is_causal),
+                      memory_is_causal=memory_is_causal)
+        if self.norm is not None:
+            x = self.norm(x)
+        return x
+
+
+class Transformer(Module):
+    """The encoder-decoder model of "Attention Is All You Need", with PyTorch's signature and defaults
+    (``d_model=512, nhead=8``, six layers each side, ``dim_feedforward=2048``, post-norm)."""
+
+    def __init__(self, d_model: int = 512, nhead: int = 8, num_encoder_layers: int = 6,
+                 num_decoder_layers: int = 6, dim_feedforward: int = 2048, dropout: float = 0.1,
+                 activation="relu", custom_encoder=None, custom_decoder=None, layer_norm_eps: float = 1e-5,
+                 batch_first: bool = False, norm_first: bool = False, bias: bool = True, device=None, dtype=None):
+        super().__init__()
+        fk = dict(device=device, dtype=dtype)
+        common = dict(dim_feedforward=dim_feedforward, dropout=dropout, activation=activation,
+                      layer_norm_eps=layer_norm_eps, batch_first=batch_first, norm_first=norm_first, bias=bias, **fk)
+        if custom_encoder is not None:
+            self.encoder = custom_encoder
+        else:
+            layer = TransformerEncoderLayer(d_model, nhead, **common)
+            self.encoder = TransformerEncoder(layer, num_encoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
+        if custom_decoder is not None:
+            self.decoder = custom_decoder
+        else:
+            layer = TransformerDecoderLayer(d_model, nhead, **common)
+            self.decoder = TransformerDecoder(layer, num_decoder_layers,
+                                              LayerNorm(d_model, eps=layer_norm_eps, bias=bias, **fk))
+        self._reset_parameters()
+        self.d_model = d_model
+        self.nhead = nhead
+        self.batch_first = batch_first
+
+    def _reset_parameters(self):
+        for p in self.parameters():
+            if p.dim() > 1:
+                init.xavier_uniform_(p)
+
+    def forward(self, src, tgt, src_mask=None, tgt_mask=None, memory_mask=None, src_key_padding_mask=None,
+                tgt_key_padding_mask=None, memory_key_padding_mask=None, src_is_causal=None, tgt_is_causal=None,
+                memory_is_causal: bool = False):
+        batched = src.dim() == 3
+        bdim = 0 if self.batch_first else 1
+        if batched and src.shape[bdim] != tgt.shape[bdim]:
+            raise RuntimeError(f"nn.Transformer: the batch number of src and tgt must be equal, got src "
+                               f"{list(src.shape)} and tgt {list(tgt.shape)} (batch_first={self.batch_first})")
+        if not batched and src.dim() != tgt.dim():
+            raise RuntimeError(f"nn.Transformer: src and tgt must both be batched (3-D) or unbatched (2-D), got "
+                               f"{list(src.shape)} and {list(tgt.shape)}")
+        if src.shape[-1] != self.d_model or tgt.shape[-1] != self.d_model:
+            raise RuntimeError(f"nn.Transformer: the feature number of src and tgt must be equal to d_model "
+                               f"({self.d_model}), got {list(src.shape)} and {list(tgt.shape)}")
+        memory = self.encoder(src, mask=src_mask, src_key_padding_mask=src_key_padding_mask, is_causal=src_is_causal)
+        return self.decoder(tgt, memory, tgt_mask=tgt_mask, memory_mask=memory_mask,
+                            tgt_key_padding_mask=tgt_key_padding_mask,
+                            memory_key_padding_mask=memory_key_padding_mask, tgt_is_causal=tgt_is_causal,
+                            memory_is_causal=memory_is_causal)
+
+    @staticmethod
+    def generate_square_subsequent_mask(sz: int, device=None, dtype=None):
+        """The additive causal mask of size ``sz``: ``-inf`` above the diagonal, ``0`` on and below it."""
+        dtype = torch.float32 if dtype is None else dtype
+        return _wrap(torch.triu(torch.full((sz, sz), float("-inf"), dtype=dtype, device=device), diagonal=1))

@@ -34,6 +34,9 @@ bool = _torch.bool
 dtype = _torch.dtype
 device = _torch.device
 Size = _torch.Size
+layout = _torch.layout
+strided = _torch.strided
+sparse_coo = _torch.sparse_coo
 finfo = _torch.finfo
 iinfo = _torch.iinfo
 get_default_dtype = _torch.get_default_dtype
@@ -77,6 +80,7 @@ from . import nn, optim, profiler, utils, special, distributions  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import fft, linalg  # noqa: E402
 from . import backends, onnx  # noqa: E402,F401  (torch.backends flags; the onnx name programs import)
+from . import sparse  # noqa: E402,F401  (tp.sparse.mm / sum / softmax of COO tensors)
 for _name, _fn in linalg.LEGACY.items():   # tp.svd / tp.qr / tp.matrix_power and their methods
     globals()[_name] = _fn
     setattr(Tensor, _name, _fn)

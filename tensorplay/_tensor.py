@@ -142,6 +142,14 @@ class Tensor:
         return self._data.is_meta
 
     @property
+    def layout(self):
+        return self._data.layout
+
+    @property
+    def is_sparse(self) -> bool:
+        return self._data.is_sparse
+
+    @property
     def is_floating_point_(self):
         return self._data.is_floating_point()
 

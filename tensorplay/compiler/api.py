@@ -275,8 +275,10 @@ class CompiledFunction:
         self._fast = None        # (first-level check and run in one closure, its hit count) or None
         self._signature = _MISS  # inspect.Signature of fn, found at the first miss (None: none)
         self.recompile_reasons: list[list[str]] = []
-        self._counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0, "over_limit_calls": 0}
+        self._counters = {"calls": 0, "first_level_hits": 0, "cache_hits": 0, "captures": 0, "over_limit_calls": 0,
+                          "sparse_eager_calls": 0}
         self._limit_warned = False   # the recompile_limit warning is given once
+        self._sparse_warned = False  # the sparse-arguments warning too
         functools.update_wrapper(self, fn, updated=())
         _ALL.add(self)
 
@@ -397,6 +399,8 @@ class CompiledFunction:
         if len(tensors) != len(leaves) and any(isinstance(x, torch.Tensor) for x in leaves):
             args, kwargs, leaves = self._from_torch(args, kwargs, leaves, spec)
             tensors = [x for x in leaves if isinstance(x, Tensor)]
+        if any(t._data.layout != torch.strided for t in tensors):
+            return self._sparse_eager(args, kwargs, tensors)
         reasons = []
         for entry in self._cache:
             free_vals = entry.free_values()
@@ -468,6 +472,19 @@ class CompiledFunction:
                        f"tp.compile(..., recompile_limit=N) (now {self.recompile_limit}), or pass "
                        "options={'compile.error_on_recompile_limit': True} to raise instead.", UserWarning)
         self._counters["over_limit_calls"] += 1
+        return self.fn(*args, **kwargs)
+
+    def _sparse_eager(self, args, kwargs, tensors):
+        """A call with a sparse (non-strided) tensor argument runs eagerly: the capture and the
+        kernels work on strided memory.  ``strict_native=True`` raises instead."""
+        which = [f"{list(t.shape)} {t._data.layout}" for t in tensors if t._data.layout != torch.strided]
+        msg = f"tp.compile({self.name}): sparse tensor arguments ({', '.join(which)}) are not compiled"
+        if self.strict_native:
+            raise BackendCompilerError(msg + " (strict_native=True); pass dense tensors (x.to_dense())")
+        if not self._sparse_warned:
+            self._sparse_warned = True
+            _warn_user(msg + "; such calls run eagerly", UserWarning)
+        self._counters["sparse_eager_calls"] += 1
         return self.fn(*args, **kwargs)
 
     # -- stages -------------------------------------------------------------------------------------

@@ -214,6 +214,8 @@ class GraphLowering:
         rule = table.get(d.name)
         if rule is None:
             return self.fallback(node, "no lowering registered")
+        if _touches_sparse(node):
+            return self.fallback(node, "a sparse tensor has no loop form (ATen's kernel takes it)")
         if not _native_dtypes_ok(node, self.native_dtypes):
             return self.fallback(node, "dtype without native support on this device (DeviceBackend.native_dtypes)")
         try:
@@ -378,6 +380,12 @@ class SymbolicValue:
 
     def __getattr__(self, name):
         return getattr(self.fake, name)
+
+
+def _touches_sparse(node) -> bool:
+    """Whether the node reads or makes a sparse (non-strided) tensor, per the capture's metas."""
+    vals = [node.meta.get("val")] + [a.meta.get("val") for a in node.all_input_nodes if hasattr(a, "meta")]
+    return any(getattr(v, "layout", torch.strided) != torch.strided for v in vals if isinstance(v, torch.Tensor))
 
 
 def _native_dtypes_ok(node, native) -> bool:

@@ -1,6 +1,7 @@
 """``tp.nn``: modules (layers with parameters), ``functional`` (stateless ops), ``init``
 (initialisers), ``Parameter``, ``utils`` (gradient clipping), ``moe`` (mixture-of-experts routing
-and the ``MoE`` layer), ``parallel`` (``DataParallel``, ``DistributedDataParallel``).  APIs and
+and the ``MoE`` layer), ``parallel`` (``DataParallel``, ``DistributedDataParallel``), ``attention``
+(``omni_attention`` with score_mod / block masks; PyTorch's ``sdpa_kernel``).  APIs and
 ``state_dict`` keys follow ``torch.nn`` so that models and checkpoints move between the two.
 """
 from . import functional
@@ -13,6 +14,7 @@ from . import moe
 from .moe import MoE
 from . import parallel
 from .parallel import DataParallel
+from . import attention
 
-__all__ = ["functional", "init", "utils", "moe", "MoE", "parallel", "DataParallel", "Parameter",
+__all__ = ["functional", "init", "utils", "moe", "MoE", "parallel", "DataParallel", "attention", "Parameter",
            "Buffer"] + list(_modules_all)

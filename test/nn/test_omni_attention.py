@@ -21,7 +21,7 @@ def _qkv(B=2, H=3, L=70, S=70, E=16, Ev=8, Hk=None, dtype=torch.float32, seed=0)
 
 def _reference(q, k, v, score_mod=None, mask_mod=None, scale=None):
     """The materialised definition in float64 (torch)."""
-    q, k, v = (t.torch().double() for t in (q, k, v))
+    q, k, v = (t.torch().double().cpu() for t in (q, k, v))
     B, H, L, E = q.shape
     if k.shape[1] != H:
         k = k.repeat_interleave(H // k.shape[1], 1)
@@ -189,3 +189,21 @@ def test_flex_names_and_bad_inputs():
         create_block_mask(lambda b, h, q, kv: q - kv, None, None, 16, 16)
     with pytest.raises(ValueError, match="create_block_mask: B, H and BLOCK_SIZE must be positive"):
         create_block_mask(A.causal_mask, None, None, 16, 16, BLOCK_SIZE=0)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_on_cuda_against_sdpa_and_the_reference(dtype):
+    q, k, v = (t.to("cuda") for t in _qkv(L=300, S=300, E=64, Ev=64, dtype=dtype))
+    bm = A.create_block_mask(A.causal_mask, None, None, 300, 300, device="cuda")
+    out = A.omni_attention(q, k, v, block_mask=bm)
+    ref = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    tol = 2e-2 if dtype == torch.bfloat16 else 1e-5
+    assert out.device.type == "cuda" and out.dtype == dtype
+    assert_close(out.float(), ref.float(), rtol=tol, atol=tol)
+    mods = lambda s, b, h, qi, kv: s - 0.05 * (qi - kv).abs()   # noqa: E731
+    bm = A.create_block_mask(sliding(40), None, None, 300, 300, device="cuda", BLOCK_SIZE=64)
+    out = A.omni_attention(q, k, v, score_mod=mods, block_mask=bm)
+    r, _ = _reference(q, k, v, mods, sliding(40))
+    assert_close(out.float(), r.float().to("cuda"), rtol=tol, atol=tol)

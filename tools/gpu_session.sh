@@ -1,7 +1,8 @@
 #!/bin/bash
 # One device session of the GPU backend: versions, the -m gpu tests, the benchmarks.
-# Usage (the device tool, from the repository root):  bash tools/gpu_session.sh [tests|bench|all|quick]
-# (quick: the -m gpu tests without the random programs, then the benchmarks)
+# Usage (the device tool, from the repository root):  bash tools/gpu_session.sh [tests|bench|all|quick|attention]
+# (quick: the -m gpu tests without the random programs, then the benchmarks; attention: the Triton
+#  backend's and omni_attention's -m gpu tests, then experiment 6's script at the chapter's sizes)
 # Writes logs and JSON under $OUT (or /tmp/gpu_out).
 OUT=${OUT:-/tmp/gpu_out}; mkdir -p "$OUT"
 export PYTHONPATH=$PWD PYTHONUNBUFFERED=1 TP_CACHE_DIR=/tmp/tp_cache
@@ -10,6 +11,12 @@ WHAT=${1:-all}
   date -u; nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv
   python3 -c "import torch, triton, sys; print('python', sys.version.split()[0], 'torch', torch.__version__, 'triton', triton.__version__, torch.cuda.get_device_name(0))"
 } 2>&1 | tee "$OUT/versions.txt"
+if [ "$WHAT" = attention ]; then
+  timeout 150 python3 -m pytest -q -p no:cacheprovider -m gpu test/nn/test_omni_attention.py test/stax/test_triton_gpu.py \
+    test/stax/test_cudagraphs.py --tb=short 2>&1 | tail -40 | tee "$OUT/gpu_tests.txt"
+  timeout 150 python3 examples/attention_variants.py --device cuda --repeats 3 2>&1 | tail -40 | tee "$OUT/experiment6.txt"
+  exit 0
+fi
 if [ "$WHAT" != bench ]; then
   timeout 240 python3 -m pytest -q -p no:cacheprovider -m gpu test/stax/test_triton_gpu.py test/stax/test_cudagraphs.py \
     test/stax/test_triton_matmul.py test/profiler/test_profiler_gpu.py --tb=short 2>&1 | tail -80 | tee "$OUT/gpu_tests.txt"

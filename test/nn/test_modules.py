@@ -833,3 +833,31 @@ def test_onnx_name_imports_and_export_raises_clearly():
     import tensorplay.onnx
     with pytest.raises(NotImplementedError, match="tp.onnx.export"):
         tensorplay.onnx.export(tp.nn.Linear(2, 2), (tp.randn(1, 2),), "m.onnx")
+
+
+@pytest.mark.parametrize("batch_first", [False, pytest.param(True, marks=pytest.mark.slow)])
+def test_compiled_transformer_training_step_equals_eager(batch_first):
+    """A post-norm encoder-decoder step (nn.Transformer, dropout off) compiled by Stax, strict_native:
+    loss and every gradient equal eager's."""
+    tp.manual_seed(0)
+    m = nn.Transformer(d_model=16, nhead=2, num_encoder_layers=1, num_decoder_layers=1, dim_feedforward=32,
+                       dropout=0.0, batch_first=batch_first)
+    src, tgt = (tp.randn(3, 7, 16), tp.randn(3, 5, 16)) if batch_first else (tp.randn(7, 3, 16), tp.randn(5, 3, 16))
+    mask = nn.Transformer.generate_square_subsequent_mask(5)
+
+    def loss(src, tgt):
+        return m(src, tgt, tgt_mask=mask, tgt_is_causal=True).square().mean()
+
+    def step(fn):
+        for p in m.parameters():
+            p.grad = None
+        out = fn(src, tgt)
+        out.backward()
+        return out.item(), [p.grad.torch().clone() for p in m.parameters()]
+    ref = step(loss)
+    cf = tp.compile(loss, strict_native=True)
+    step(cf)
+    got = step(cf)
+    assert got[0] == pytest.approx(ref[0], rel=1e-5)
+    for a, b in zip(got[1], ref[1]):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-5)

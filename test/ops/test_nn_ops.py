@@ -653,3 +653,36 @@ def test_sdpa_empty_sequence_takes_no_statistics():
     q, k, v = r(1, 2, 0, 4), r(1, 2, 3, 4), r(1, 2, 3, 4)
     check_op(lambda *a: F.scaled_dot_product_attention(*a), lambda *a: TF.scaled_dot_product_attention(*a), q, k, v,
              exact=False, gradcheck=False)
+
+
+def test_sdpa_layout_contract_drops_the_head_transposes():
+    """Attention's output is (B, H, L, E) laid out as (B, L, H, E) -- so ``y.transpose(1, 2)`` is
+    contiguous and merging the heads is a view -- and dq / dk / dv of q, k, v split from one
+    projection come back in that layout too; the meta function predicts the same strides."""
+    from tensorplay.ops.registry import OPS
+    B, T, H, D = 2, 9, 3, 4
+    x = to_tp(r(B, T, 3 * H * D), True)
+    q, k, v = (t.reshape(B, T, H, D).transpose(1, 2) for t in x.split(H * D, 2))
+    for kw in (dict(), dict(is_causal=True), dict(attn_mask=to_tp(r(T, T)))):
+        y = F.scaled_dot_product_attention(q, k, v, **kw)
+        assert y.stride() == (T * H * D, D, H * D, 1) and y.transpose(1, 2).is_contiguous()
+        meta = OPS["scaled_dot_product_attention"].fn(*(tp.from_torch(torch.empty_strided(t.shape, t.stride(), device="meta"))
+                                                        for t in (q, k, v)), None, False, None, False)[0]
+        assert meta.stride() == y.stride()
+        gq, gk, gv = OPS["_sdpa_backward"].fn(tp.randn(B, H, T, D), q.detach(), k.detach(), v.detach(), y.detach(),
+                                              OPS["scaled_dot_product_attention"].fn(q, k, v, None, False, None,
+                                                                                     False)[1], False, None)
+        for g in (gq, gk, gv):
+            assert g.stride() == (T * H * D, D, H * D, 1)
+    y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
+    y.transpose(1, 2).reshape(B, T, H * D).square().sum().backward()
+    tx = x.detach().torch().requires_grad_()
+    tq, tk, tv = (t.reshape(B, T, H, D).transpose(1, 2) for t in tx.split(H * D, 2))
+    TF.scaled_dot_product_attention(tq, tk, tv, is_causal=True).transpose(1, 2).reshape(B, T, H * D).square().sum() \
+        .backward()
+    torch.testing.assert_close(x.grad.torch(), tx.grad, rtol=1e-5, atol=1e-6)
+    # contiguous inputs: gradients contiguous
+    qc, kc, vc = (to_tp(r(B, H, T, D)) for _ in range(3))
+    out, lse = OPS["scaled_dot_product_attention"].fn(qc, kc, vc, None, False, None, False)
+    assert all(g.is_contiguous() for g in OPS["_sdpa_backward"].fn(tp.randn(B, H, T, D), qc, kc, vc, out, lse, False,
+                                                                      None))

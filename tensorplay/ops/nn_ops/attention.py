@@ -8,7 +8,15 @@ statistics tensor and take ``_sdpa_fused_backward`` (the forward recomputed by t
 a backward that records a graph (double backward) or a float mask that needs its gradient take the
 scores recomputed with matmul + softmax (``sdpa_scores``).  ``sdpa_composite`` is the same attention
 written in tp ops (``tensorplay.nn.functional`` uses it with dropout, so that forward and backward
-share the mask)."""
+share the mask).
+
+**Layout contract.** A 4-D attention output (B, H, L, E) is laid out as (B, L, H, E) in memory
+(strides of ``empty(B, L, H, E).transpose(1, 2)``): what the fused kernels write, and what the
+model's next step (``y.transpose(1, 2).reshape(B, L, H·E)``) reads as a view.  A gradient of
+query, key or value has its input's strides when that input is dense with unit last stride (the
+usual q / k / v: views of one projection), contiguous otherwise.  Kernels whose result has other
+strides are copied to the contract, so a meta value predicts the strides of every device.
+"""
 from __future__ import annotations
 
 import math
@@ -77,16 +85,52 @@ def _math_stats(query, key, is_causal, scale):
     return torch.logsumexp(s, -1)
 
 
+def _blhe(out):
+    """``out`` (B, H, L, E) in the (B, L, H, E) memory layout of the contract (a copy only when a
+    kernel returned another layout); other ranks contiguous."""
+    if out.dim() != 4:
+        return out.contiguous()
+    B, H, L, E = out.shape
+    want = (L * H * E, E, H * E, 1)
+    if all(a == b or n <= 1 for a, b, n in zip(out.stride(), want, out.shape)):
+        return out
+    return torch.empty((B, L, H, E), dtype=out.dtype, device=out.device).transpose(1, 2).copy_(out)
+
+
+def _like_input(g, x):
+    """A gradient ``g`` laid out like its input ``x`` (the contract's rule for dq / dk / dv): ``x``'s
+    strides when ``x`` is dense; for a 4-D ``x`` that is a (B, L, H, E) view of a larger buffer (q, k,
+    v split from one projection) the dense (B, L, H, E) layout; contiguous otherwise."""
+    if x.dim() == 4 and x.stride(-1) == 1 and x.stride(1) < x.stride(2) and not _dense(x):
+        return _blhe(g)
+    ref = torch.empty_like(x) if _dense(x) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    if g.stride() == ref.stride():
+        return g
+    return ref.copy_(g)
+
+
+def _dense(x) -> bool:
+    """Non-overlapping and dense (its elements fill its storage span exactly), unit last stride."""
+    if not x.dim() or x.stride(-1) != 1:
+        return x.is_contiguous()
+    dims = sorted((st, n) for st, n in zip(x.stride(), x.shape) if n > 1)
+    expect = 1
+    for st, n in dims:
+        if st != expect:
+            return False
+        expect *= n
+    return True
+
+
 def _sdpa_kernel(query, key, value, attn_mask, is_causal, scale, enable_gqa):
     _check_sdpa(query, key, value)
     if not keeps_stats(query, key, value, attn_mask):
         out = TF.scaled_dot_product_attention(query, key, value, attn_mask=attn_mask, dropout_p=0.0,
                                               is_causal=is_causal, scale=scale, enable_gqa=enable_gqa)
-        # fused GPU kernels return a (B, L, H, E)-strided result; the op's layout contract is contiguous
-        return out.contiguous(), query.new_empty((0,), dtype=_stats_dtype(query.dtype))
+        return _blhe(out), query.new_empty((0,), dtype=_stats_dtype(query.dtype))
     L = query.shape[2]
     if query.device.type == "meta":     # (shapes only: no guard on the GPU kernel's row padding)
-        return (torch.empty(query.shape, dtype=query.dtype, device="meta"),
+        return (_blhe(torch.empty(query.shape, dtype=query.dtype, device="meta")),
                 torch.empty(query.shape[:-1], dtype=_stats_dtype(query.dtype), device="meta"))
     if query.device.type == "cpu":
         out, lse = torch.ops.aten._scaled_dot_product_flash_attention_for_cpu(query, key, value, 0.0, is_causal,
@@ -101,7 +145,7 @@ def _sdpa_kernel(query, key, value, attn_mask, is_causal, scale, enable_gqa):
     else:
         out = TF.scaled_dot_product_attention(query, key, value, is_causal=is_causal, scale=scale)
         lse = _math_stats(query, key, is_causal, scale)
-    return out.contiguous(), lse.contiguous()
+    return _blhe(out), lse.contiguous()
 
 
 def _sdpa_backward(grad, query, key, value, output, logsumexp, is_causal, scale):
@@ -123,12 +167,13 @@ def _sdpa_backward(grad, query, key, value, output, logsumexp, is_causal, scale)
             is_causal, scale=scale)[:3]
     else:
         return _sdpa_fused_backward(grad, query, key, value, None, is_causal, scale, False)
-    return tuple(t.contiguous() for t in gs)
+    return tuple(_like_input(g, x) for g, x in zip(gs, (query, key, value)))
 
 
 def _grads_meta(grad, query, key, value, *rest):
-    """Meta of the two backward ops: (dq, dk, dv) shaped as (query, key, value)."""
-    return tuple(torch.empty(t.shape, dtype=t.dtype, device="meta") for t in (query, key, value))
+    """Meta of the two backward ops: (dq, dk, dv) shaped and strided as (query, key, value) by the
+    layout contract."""
+    return tuple(_like_input(torch.empty(t.shape, dtype=t.dtype, device="meta"), t) for t in (query, key, value))
 
 
 register("_sdpa_backward(Tensor grad, Tensor query, Tensor key, Tensor value, Tensor output, Tensor logsumexp, "
@@ -188,7 +233,7 @@ def _sdpa_fused_backward(grad, query, key, value, attn_mask, is_causal, scale, e
         q, k, v = (t.detach().requires_grad_() for t in (query, key, value))
         out = TF.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=0.0, is_causal=is_causal,
                                               scale=scale, enable_gqa=enable_gqa)
-        return tuple(t.contiguous() for t in torch.autograd.grad(out, (q, k, v), grad))
+        return tuple(_like_input(g, x) for g, x in zip(torch.autograd.grad(out, (q, k, v), grad), (query, key, value)))
 
 
 register("_sdpa_fused_backward(Tensor grad, Tensor query, Tensor key, Tensor value, Tensor? attn_mask, "

@@ -12,8 +12,8 @@ Dispatch.  A ShardedArray is not a ``tp.Tensor``: when an op of the table receiv
 operator, a method, a ``tp.`` function, ``tp.nn.functional``), the eager dispatcher hands the call
 to :func:`dispatch` (the ``__tp_dispatch__`` hook of ops/registry.py).  :func:`dispatch` picks the
 rule: a few named rules (matmul, the reductions with a collective of their own, the row-wise nn
-ops, embedding), else by the op's tags -- ``pointwise``, ``view``, ``reduction``; any other op
-raises ``NotImplementedError`` (gather first, or use shard_map).  A plain ``tp.Tensor`` next to a
+ops, linear, embedding), else by the op's tags -- ``pointwise``, ``view``, ``reduction``; any
+other op raises ``NotImplementedError`` (gather first, or use shard_map).  A plain ``tp.Tensor`` next to a
 ShardedArray is a replicated global value.
 
 The rules (``A``, ``V``: tuples of mesh axes; ``n``: the number of devices along them).  In-place
@@ -46,6 +46,7 @@ matmul (``@``,      ``[..., M, K] @ [K, N]`` (or ``[..., K, N]``, batch specs eq
 softmax,            the normalised dims (softmax's ``dim``, layer_norm's trailing
 log_softmax,        ``normalized_shape``) are all-gathered if split; then the pointwise rule (its
 layer_norm          weight and bias broadcast like operands).
+linear              ``x @ weight.t() + bias`` by the matmul, view and pointwise rules (``nn.Linear``).
 embedding           (``tp.embedding(weight, ids)``; ``F.embedding`` accepts tp.Tensors only)
                     ids of any spec, weight replicated on the vocabulary dim: a local lookup, the
                     output ``(ids' spec, weight's dim-1 spec)``.  Weight split on the vocabulary
@@ -501,13 +502,19 @@ def _embedding(op, args):
     return _result(op, part, mesh, out, partial=v)
 
 
+def _linear(op, args):
+    """``x @ weight.t() + bias``: the matmul, view and pointwise rules (nn.Linear on ShardedArrays)."""
+    y = OPS["matmul"].fn(args[0], OPS["t"].fn(args[1]))
+    return y if len(args) < 3 or args[2] is None else OPS["add"].fn(y, args[2])
+
+
 #: the named rules; every other op goes by its tags (dispatch)
 RULES = {"matmul": _matmul, "mm": _matmul,
          "sum": _reduction, "mean": _reduction, "amax": _reduction, "amin": _reduction,
          "softmax": _rowwise(lambda op, args, n: [args[op._argidx["dim"]] % n]),
          "log_softmax": _rowwise(lambda op, args, n: [args[op._argidx["dim"]] % n]),
          "layer_norm": _rowwise(lambda op, args, n: list(range(n - len(args[1]), n))),
-         "embedding": _embedding}
+         "embedding": _embedding, "linear": _linear}
 #: tag -> rule, in this order of preference
 TAG_RULES = (("pointwise", _pointwise), ("view", _view), ("reduction", _reduction))
 

@@ -63,15 +63,11 @@ def main():
         rec[name + "_text"] = lowered.as_text()
         rec[name + "_staged"] = seen(lowered.compile()(In, W))
 
-    # a layer: pointwise, softmax, layer_norm, reductions, views; compiled and eager alike
+    # a layer (pointwise, softmax, layer_norm, reductions, views), eagerly
     leaves = {k: tp.Tensor(v.clone(), requires_grad=True) for k, v in floats.items()}
-    cf = tp.compile(mlp)
     with tp.no_grad():
-        args = (put(leaves["x"], "X", "Y"), put(leaves["w"], "Y", None), leaves["bias"], leaves["gamma"],
-                leaves["beta"])
-        cf(*args)
-        rec["mlp"] = seen(cf(*args))
-        rec["mlp_eager"] = seen(mlp(*args))
+        rec["mlp_eager"] = seen(mlp(put(leaves["x"], "X", "Y"), put(leaves["w"], "Y", None), leaves["bias"],
+                                    leaves["gamma"], leaves["beta"]))
 
     # training: the loss's gradients through the compiled local program, twice (capture run, compiled)
     cf = tp.compile(mlp)
@@ -83,7 +79,23 @@ def main():
         loss = cf(x, w, leaves["bias"], leaves["gamma"], leaves["beta"])
         loss.backward()
         rec["grad"].append({"loss": t(loss.local()), **{k: t(v.grad) for k, v in leaves.items()}})
+    rec["mlp"] = seen(loss)
     rec["grad_counters"] = counters(cf)
+
+    # a compiled nn.Linear, data parallel: rows split over every device, the parameters replicated
+    lin = tp.nn.Linear(16, 16)
+    with tp.no_grad():
+        lin.weight.copy_(tp.Tensor(floats["w"]))
+        lin.bias.copy_(tp.Tensor(floats["bias"]))
+    cm = tp.compile(lin)
+    rec["linear"] = []
+    for step in range(2):
+        lin.zero_grad()
+        y = cm(put(tp.Tensor(floats["x"]), ("X", "Y"), None))
+        loss = (y * y).mean()
+        loss.backward()
+        rec["linear"].append({"spec": tuple(y.spec), "loss": t(loss.local()), "weight": t(lin.weight.grad),
+                              "bias": t(lin.bias.grad)})
 
     # errors
     try:

@@ -74,7 +74,8 @@ def test_matmul_output_split_along_y_is_reduce_scattered(ranks):
 def test_layer_equals_eager_explicit_mode_and_one_process(ranks):
     _, inp, recs = ranks
     ref = mlp_ref(*(inp[k] for k in ("x", "w", "bias", "gamma", "beta")))
-    check_blocks(recs, "mlp", ref, (), exact=False)
+    check_blocks(recs, "mlp", ref, (), exact=False)          # (compiled: the loss of the training test's 2nd call)
+    check_blocks(recs, "mlp_eager", ref, (), exact=False)
     for rec in recs:
         torch.testing.assert_close(rec["mlp"]["local"], rec["mlp_eager"]["local"], rtol=1e-6, atol=1e-6)
 
@@ -90,6 +91,19 @@ def test_gradients_through_the_compiled_local_program(ranks):
             torch.testing.assert_close(step["loss"], loss.detach(), rtol=1e-5, atol=1e-5)
             for k, v in leaves.items():
                 torch.testing.assert_close(step[k], v.grad, rtol=1e-4, atol=1e-5, msg=k)
+
+
+def test_compiled_module_data_parallel(ranks):
+    _, inp, recs = ranks
+    w, b = inp["w"].clone().requires_grad_(), inp["bias"].clone().requires_grad_()
+    loss = ((inp["x"] @ w.t() + b) ** 2).mean()
+    loss.backward()
+    for rec in recs:
+        for step in rec["linear"]:
+            assert step["spec"] == tuple(P(("X", "Y"), None))
+            torch.testing.assert_close(step["loss"], loss.detach(), rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(step["weight"], w.grad, rtol=1e-5, atol=1e-5)
+            torch.testing.assert_close(step["bias"], b.grad, rtol=1e-5, atol=1e-5)
 
 
 def test_errors_name_the_call(ranks):

@@ -394,6 +394,9 @@ class CompiledFunction:
         return fast, hits
 
     def _slow_call(self, args, kwargs):
+        hook = _array_hook(args, kwargs)
+        if hook is not None:
+            return hook(self, "call", args, kwargs)
         leaves, spec = tree_flatten((args, kwargs))
         tensors = [x for x in leaves if isinstance(x, Tensor)]
         if len(tensors) != len(leaves) and any(isinstance(x, torch.Tensor) for x in leaves):
@@ -636,6 +639,9 @@ class CompiledFunction:
     def lower(self, *args, **kwargs) -> "Lowered":
         """Stage 1–2: capture and run the passes for these inputs (runs the function once with
         execute=True)."""
+        hook = _array_hook(args, kwargs)
+        if hook is not None:
+            return hook(self, "lower", args, kwargs)
         self._check_binding(args, kwargs)
         leaves, spec = tree_flatten((args, kwargs))
         if any(isinstance(x, torch.Tensor) for x in leaves):
@@ -675,6 +681,17 @@ class CompiledFunction:
                                   module=obj if hasattr(obj, "named_parameters") else None)
             bound[obj] = cf
         return cf
+
+
+def _array_hook(args, kwargs):
+    """The ``__tp_compile__`` hook of the first argument (positional, then keyword) whose type has
+    one (an array type that is not a tensor, tp.distributed's ShardedArray): such a call is the
+    hook's -- ``hook(cf, "call" | "lower", args, kwargs)`` -- since capture sees tensors only."""
+    for a in (*args, *kwargs.values()):
+        hook = getattr(type(a), "__tp_compile__", None)
+        if hook is not None:
+            return hook
+    return None
 
 
 class Lowered:

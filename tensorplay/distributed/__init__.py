@@ -18,7 +18,9 @@ Read in this order -- one stage per module:
 ``collective_      :func:`collective_matmul`: input blocks around the ring, weights stay, the next
 matmul.py``        transfer overlapped with the current product (seed 001 §5)
 ``explicit.py``    explicit mode: ops on ShardedArrays propagate shardings and insert collectives;
-                   :func:`with_sharding_constraint`, :func:`explain`, :func:`compiled_text`
+                   :func:`with_sharding_constraint`, :func:`explain`
+``compiled.py``    ``tp.compile`` of explicit-mode functions called with ShardedArrays: the local
+                   program compiled, :func:`compiled_text`, training through it
 ``moe.py``         expert parallelism (seed 001 §6): tokens dispatched to the member owning their
                    expert by :func:`all_to_all_v`, the outputs returned and combined by token
 =================  ================================================================================

@@ -71,11 +71,19 @@ def _block(x: Tensor, sharding: NamedSharding, global_shape, rank: int) -> Tenso
     return x[idx] if idx else x
 
 
+def _refuse_capture(x, who):
+    """A capture (tp.compile) keeps the forward of an autograd Function, not its backward."""
+    if getattr(x, "_tracer", None) is not None and x.requires_grad:
+        raise NotImplementedError(f"{who} inside a compiled function, on a value that requires grad: its gradient "
+                                  f"would be lost; call it outside the compiled function")
+
+
 class _Place(Function):
     """device_put: forward keeps this process's block; backward gathers the cotangent's blocks."""
 
     @staticmethod
     def forward(ctx, x, sharding, device):
+        _refuse_capture(x, "device_put")
         ctx.sharding, ctx.shape, ctx.device = sharding, tuple(x.shape), x.device
         block = _block(x, sharding, ctx.shape, sharding.mesh.process_index())
         return _wrap(block._data.to(device).contiguous().clone())
@@ -90,6 +98,7 @@ class _Gather(Function):
 
     @staticmethod
     def forward(ctx, local, sharding, global_shape):
+        _refuse_capture(local, "ShardedArray.gather")
         ctx.sharding, ctx.shape = sharding, global_shape
         return _assemble(local, sharding, global_shape)
 

@@ -12,8 +12,8 @@ Dispatch.  A ShardedArray is not a ``tp.Tensor``: when an op of the table receiv
 operator, a method, a ``tp.`` function, ``tp.nn.functional``), the eager dispatcher hands the call
 to :func:`dispatch` (the ``__tp_dispatch__`` hook of ops/registry.py).  :func:`dispatch` picks the
 rule: a few named rules (matmul, the reductions with a collective of their own, the row-wise nn
-ops, embedding), else by the op's tags -- ``pointwise``, ``view``, ``reduction``; any other op
-raises ``NotImplementedError`` (gather first, or use shard_map).  A plain ``tp.Tensor`` next to a
+ops, linear, embedding), else by the op's tags -- ``pointwise``, ``view``, ``reduction``; any
+other op raises ``NotImplementedError`` (gather first, or use shard_map).  A plain ``tp.Tensor`` next to a
 ShardedArray is a replicated global value.
 
 The rules (``A``, ``V``: tuples of mesh axes; ``n``: the number of devices along them).  In-place
@@ -46,6 +46,7 @@ matmul (``@``,      ``[..., M, K] @ [K, N]`` (or ``[..., K, N]``, batch specs eq
 softmax,            the normalised dims (softmax's ``dim``, layer_norm's trailing
 log_softmax,        ``normalized_shape``) are all-gathered if split; then the pointwise rule (its
 layer_norm          weight and bias broadcast like operands).
+linear              ``x @ weight.t() + bias`` by the matmul, view and pointwise rules (``nn.Linear``).
 embedding           (``tp.embedding(weight, ids)``; ``F.embedding`` accepts tp.Tensors only)
                     ids of any spec, weight replicated on the vocabulary dim: a local lookup, the
                     output ``(ids' spec, weight's dim-1 spec)``.  Weight split on the vocabulary
@@ -59,37 +60,38 @@ slice; ``C`` extends ``T`` -> an all-gather over the extra axes; otherwise an al
 ``C`` then a slice.  All gathers run before all slices.  A pending :class:`PartialSum` is
 reduce-scattered onto the dims whose target adds its axes, and all-reduced over the rest.
 
-Autograd.  The local ops are tp ops and every inserted step is a differentiable
-:class:`~tensorplay.autograd.function.Function`, in the *global* convention of array.py (each
+Autograd.  The local ops are tp ops and every inserted step is an entry of the op table
+(``dist_allreduce``, ``dist_allreduce_extreme``, ``dist_psum_scatter``, ``dist_allgather_blocks``,
+``dist_block``, ``dist_broadcast``) whose derivative is in the *global* convention of array.py (each
 process holds the whole cotangent of each value it holds): an all-reduce of partial sums
 transposes to the identity, a reduce-scatter to an all-gather, an all-gather to taking one's block,
 a local slice to an all-gather, and an operand used by devices that hold different blocks of the
 output (a replicated weight times sharded data) gets a psum of its cotangent over those axes.
-Gradients are the single-process ones; every process runs the backward pass.
+Gradients are the single-process ones; every process runs the backward pass.  Being op-table
+entries, the steps are what a capture records, so a compiled explicit-mode function is
+differentiated with the same formulas (compiled.py).
 
 :func:`explain` ``(f, *args)`` runs ``f`` once and lists every op with its local shapes and specs
 and every inserted collective with its axes and bytes (on an *abstract* mesh too, given local blocks
 on the meta device: shape arithmetic without processes).
 
-``tp.compile``.  The compiler captures tp.Tensors, not ShardedArrays: :func:`on_blocks` ``(f,
-*examples)`` turns ``f`` into the *local program* -- a function of the local blocks of arrays sharded
-like ``examples`` -- and ``tp.compile`` of that captures the local ops and the inserted collectives
-(op-table entries) as one graph; :func:`compiled_text` returns its ``as_text()`` with the bytes of
-each collective added.  Inference only: blocks that require grad raise (the compiler would
-differentiate the collectives in shard_map's convention, not this module's).
+``tp.compile``.  ``tp.compile(f)(a, b)`` with ShardedArrays compiles ``f``'s *local program* (the
+function of the local blocks that runs these rules, :func:`on_blocks`): the captured graph holds
+the local ops and the inserted steps; ``tp.compile(f).lower(a, b).as_text()`` (and
+:func:`compiled_text`) lists it with each collective's axes and bytes, and training works
+(compiled.py).
 """
 from __future__ import annotations
 
 import contextlib
-import math
 
 import torch
 
 from .._tensor import Tensor
-from ..autograd.function import Function
-from ..ops.registry import OPS
+from ..ops.registry import OPS, register
 from .array import ShardedArray, device_put
-from .collectives import mesh_id
+from .compiled import compile_hook, compiled_text, on_blocks  # noqa: F401 (re-exported)
+from .collectives import _all_gather_kernel, _all_reduce as _all_reduce_kernel, _real, mesh_id, mesh_of
 from .sharding import NamedSharding, PartitionSpec
 
 __all__ = ["with_sharding_constraint", "matmul", "explain", "Explanation", "PartialSum", "dispatch", "on_blocks",
@@ -120,90 +122,84 @@ def _comm(kind, axes, x, y):
     return y
 
 
-def _narrow(t, dim, i, m):
-    return t[(slice(None),) * dim + (slice(i * m, (i + 1) * m),)].contiguous()
-
-
 def _me(mesh, axes) -> int:
     return mesh.linear_index(mesh.process_index(), axes)
 
 
-# ---- the inserted steps (global-convention autograd) -----------------------------------------------
-class _AllReduce(Function):
-    """Partial results -> their reduction over ``axes``; backward: sum -> the cotangent as is;
-    max/min -> to the members holding the extreme, split evenly among them."""
-
-    @staticmethod
-    def forward(ctx, x, mesh, axes, how):
-        ctx.mid, ctx.axes, ctx.how = mesh_id(mesh), list(axes), how
-        y = _comm(f"all-reduce({how})", axes, x, OPS[f"dist_p{how}"].fn(x, ctx.mid, ctx.axes))
-        if how != "sum":
-            ctx.save_for_backward(x, y)
-        return y
-
-    @staticmethod
-    def backward(ctx, g):
-        if ctx.how == "sum":
-            return g, None, None, None
-        x, y = ctx.saved_tensors
-        mask = (x == y).to(g.dtype)
-        return g * mask / OPS["dist_psum"].fn(mask, ctx.mid, ctx.axes), None, None, None
+# ---- the inserted steps: op-table entries with global-convention derivatives ---------------------
+# (entries of the op table, so that tp.compile captures them as graph nodes and the AOT backend
+# differentiates a compiled explicit-mode function with these formulas, not with the part
+# convention of shard_map's collectives)
+def _block_kernel(x, mid, axes, dim):
+    """This member's piece along ``dim`` of a value replicated along ``axes`` (no communication)."""
+    mesh, axes = mesh_of(mid), tuple(axes)
+    n, d = mesh.axis_size(axes), dim % max(x.dim(), 1)
+    if x.dim() == 0 or x.shape[d] % n:
+        raise ValueError(f"dist_block: dimension {dim} of {list(x.shape)} is not divisible by the {n} members "
+                         f"along {axes}")
+    m = x.shape[d] // n
+    i = _me(mesh, axes) if _real(x) else 0
+    return x.narrow(d, i * m, m).clone(memory_format=torch.contiguous_format)
 
 
-class _ReduceScatter(Function):
-    """Partial sums -> this member's block of their sum along ``dim``; backward: all-gather."""
-
-    @staticmethod
-    def forward(ctx, x, mesh, axes, dim):
-        ctx.mid, ctx.axes, ctx.dim = mesh_id(mesh), list(axes), dim
-        return _comm("reduce-scatter", axes, x, OPS["dist_psum_scatter"].fn(x, ctx.mid, ctx.axes, dim, True))
-
-    @staticmethod
-    def backward(ctx, g):
-        return OPS["dist_all_gather"].fn(g.contiguous(), ctx.mid, ctx.axes, ctx.dim, True), None, None, None
+def _extreme_bwd(ctx, g):
+    """max / min of partial results: the cotangent to the members holding the extreme, split evenly."""
+    mask = (ctx.self == ctx.result).to(g.dtype)
+    return g * mask / OPS["dist_psum"].fn(mask, ctx.mesh, ctx.axes)
 
 
-class _AllGather(Function):
-    """Blocks along ``dim`` -> their concatenation; backward: this member's block of the cotangent."""
-
-    @staticmethod
-    def forward(ctx, x, mesh, axes, dim):
-        ctx.mesh, ctx.axes, ctx.dim, ctx.m = mesh, tuple(axes), dim, x.shape[dim]
-        return _comm("all-gather", axes, x, OPS["dist_all_gather"].fn(x, mesh_id(mesh), list(axes), dim, True))
-
-    @staticmethod
-    def backward(ctx, g):
-        return _narrow(g, ctx.dim, _me(ctx.mesh, ctx.axes), ctx.m), None, None, None
-
-
-class _Slice(Function):
-    """A block replicated along ``axes`` -> this member's piece along ``dim`` (no communication);
-    backward: all-gather of the pieces' cotangents."""
-
-    @staticmethod
-    def forward(ctx, x, mesh, axes, dim):
-        n = mesh.axis_size(axes)
-        _note(what="slice", axes=tuple(axes), dim=dim, local=tuple(x.shape))
-        ctx.mid, ctx.axes, ctx.dim = mesh_id(mesh), list(axes), dim
-        return _narrow(x, dim, _me(mesh, axes), x.shape[dim] // n)
-
-    @staticmethod
-    def backward(ctx, g):
-        return OPS["dist_all_gather"].fn(g.contiguous(), ctx.mid, ctx.axes, ctx.dim, True), None, None, None
+_STEP = dict(method=False, function=False)
+if "dist_allreduce" not in OPS:          # (a reload of this module must not register them twice)
+    register("dist_allreduce(Tensor self, int mesh, str[] axes) -> Tensor",
+             lambda self, mesh, axes: _all_reduce_kernel(self, mesh, axes, "sum"),
+             backward=lambda ctx, g: g, save=(), tags=("collective",), **_STEP,
+             doc="explicit mode: the sum of partial results over mesh axes; derivative: the cotangent as is")
+    register("dist_allreduce_extreme(Tensor self, int mesh, str[] axes, str how) -> Tensor", _all_reduce_kernel,
+             backward=_extreme_bwd, save=("self", "result"), tags=("collective",), **_STEP,
+             doc="explicit mode: the max / min of partial results over mesh axes")
+    register("dist_allgather_blocks(Tensor self, int mesh, str[] axes, int dim) -> Tensor",
+             lambda self, mesh, axes, dim: _all_gather_kernel(self, mesh, axes, dim, True),
+             backward=lambda ctx, g: OPS["dist_block"].fn(g, ctx.mesh, ctx.axes, ctx.dim), save=(),
+             tags=("collective",), **_STEP,
+             doc="explicit mode: blocks along dim concatenated over mesh axes; derivative: this member's block")
+    register("dist_block(Tensor self, int mesh, str[] axes, int dim) -> Tensor", _block_kernel,
+             backward=lambda ctx, g: OPS["dist_allgather_blocks"].fn(g, ctx.mesh, ctx.axes, ctx.dim), save=(),
+             tags=("per_process",), **_STEP,
+             doc="explicit mode: this member's piece along dim (local); derivative: all-gather")
+    register("dist_broadcast(Tensor self, int mesh, str[] axes) -> Tensor", lambda self, mesh, axes: self.clone(),
+             backward=lambda ctx, g: OPS["dist_psum"].fn(g, ctx.mesh, ctx.axes), save=(), **_STEP,
+             doc="explicit mode: a value used for different blocks along mesh axes; derivative: psum")
 
 
-class _Broadcast(Function):
-    """A value used by the devices along ``axes`` for different blocks of a result: identity;
-    backward: the sum of their cotangents (a psum over ``axes``)."""
+def _all_reduce(x, mesh, axes, how):
+    """Partial results -> their reduction over ``axes`` (backward: sum -> the cotangent as is;
+    max / min -> to the members holding the extreme)."""
+    mid, axes = mesh_id(mesh), list(axes)
+    y = OPS["dist_allreduce"].fn(x, mid, axes) if how == "sum" else OPS["dist_allreduce_extreme"].fn(x, mid, axes, how)
+    return _comm(f"all-reduce({how})", axes, x, y)
 
-    @staticmethod
-    def forward(ctx, x, mesh, axes):
-        ctx.mid, ctx.axes = mesh_id(mesh), list(axes)
-        return x
 
-    @staticmethod
-    def backward(ctx, g):
-        return OPS["dist_psum"].fn(g.contiguous(), ctx.mid, ctx.axes), None, None
+def _reduce_scatter(x, mesh, axes, dim):
+    """Partial sums -> this member's block of their sum along ``dim`` (backward: all-gather)."""
+    return _comm("reduce-scatter", axes, x, OPS["dist_psum_scatter"].fn(x, mesh_id(mesh), list(axes), dim, True))
+
+
+def _all_gather(x, mesh, axes, dim):
+    """Blocks along ``dim`` -> their concatenation (backward: this member's block of the cotangent)."""
+    return _comm("all-gather", axes, x, OPS["dist_allgather_blocks"].fn(x, mesh_id(mesh), list(axes), dim))
+
+
+def _slice(x, mesh, axes, dim):
+    """A block replicated along ``axes`` -> this member's piece along ``dim`` (no communication;
+    backward: all-gather of the pieces' cotangents)."""
+    _note(what="slice", axes=tuple(axes), dim=dim, local=tuple(x.shape))
+    return OPS["dist_block"].fn(x, mesh_id(mesh), list(axes), dim)
+
+
+def _broadcast(x, mesh, axes):
+    """A value used by the devices along ``axes`` for different blocks of a result: identity
+    (backward: the sum of their cotangents, a psum over ``axes``)."""
+    return OPS["dist_broadcast"].fn(x, mesh_id(mesh), list(axes))
 
 
 # ---- partial sums ------------------------------------------------------------------------------
@@ -226,7 +222,7 @@ class PartialSum(ShardedArray):
     @property
     def _local(self):            # (shadows ShardedArray's slot: every method sees the sum)
         if self._sum is None:
-            self._sum = _AllReduce.apply(self._parts, self.mesh, self.partial_axes, "sum")
+            self._sum = _all_reduce(self._parts, self.mesh, self.partial_axes, "sum")
         return self._sum
 
     def reduce(self) -> ShardedArray:
@@ -267,7 +263,7 @@ def _consume(local, mesh, have: set, out_axes: set):
     ``out_axes``: the devices along the others use it for different blocks (backward: psum)."""
     extra = tuple(a for a in mesh.axis_names if a in out_axes and a not in have)
     if extra and isinstance(local, Tensor) and local.requires_grad:
-        return _Broadcast.apply(local, mesh, extra)
+        return _broadcast(local, mesh, extra)
     return local
 
 
@@ -352,7 +348,7 @@ def _pointwise(op, args):
         for d in range(x.ndim):
             od = nd - x.ndim + d
             if out[od] and not _axes(x, d) and x.shape[d] != 1:
-                loc = _Slice.apply(loc, mesh, out[od], d)
+                loc = _slice(loc, mesh, out[od], d)
                 have |= set(out[od])
         new[i] = _consume(loc, mesh, have, all_out)
     return _result(op, op(*new), mesh, out)
@@ -374,7 +370,7 @@ def _reduction(op, args):
     _note_inputs(op, (x, *args[1:]))
     loc = op(x.local(), *args[1:])
     if red:
-        loc = _AllReduce.apply(loc, x.mesh, red, how)
+        loc = _all_reduce(loc, x.mesh, red, how)
         if op.name == "mean":
             loc = loc / x.mesh.axis_size(red)
     out = [() if d in dims else x.spec.axes_of(d) for d in range(x.ndim) if keep or d not in dims]
@@ -506,13 +502,19 @@ def _embedding(op, args):
     return _result(op, part, mesh, out, partial=v)
 
 
+def _linear(op, args):
+    """``x @ weight.t() + bias``: the matmul, view and pointwise rules (nn.Linear on ShardedArrays)."""
+    y = OPS["matmul"].fn(args[0], OPS["t"].fn(args[1]))
+    return y if len(args) < 3 or args[2] is None else OPS["add"].fn(y, args[2])
+
+
 #: the named rules; every other op goes by its tags (dispatch)
 RULES = {"matmul": _matmul, "mm": _matmul,
          "sum": _reduction, "mean": _reduction, "amax": _reduction, "amin": _reduction,
          "softmax": _rowwise(lambda op, args, n: [args[op._argidx["dim"]] % n]),
          "log_softmax": _rowwise(lambda op, args, n: [args[op._argidx["dim"]] % n]),
          "layer_norm": _rowwise(lambda op, args, n: list(range(n - len(args[1]), n))),
-         "embedding": _embedding}
+         "embedding": _embedding, "linear": _linear}
 #: tag -> rule, in this order of preference
 TAG_RULES = (("pointwise", _pointwise), ("view", _view), ("reduction", _reduction))
 
@@ -556,21 +558,21 @@ def with_sharding_constraint(x, sharding):
         for d in range(x.ndim):
             extra = want[d][len(cur[d]):]
             if want[d][:len(cur[d])] == cur[d] and extra and all(a in pending for a in extra):
-                local = _ReduceScatter.apply(local, mesh, extra, d)
+                local = _reduce_scatter(local, mesh, extra, d)
                 cur[d] = want[d]
                 pending = [a for a in pending if a not in extra]
         if pending:
-            local = _AllReduce.apply(local, mesh, tuple(pending), "sum")
+            local = _all_reduce(local, mesh, tuple(pending), "sum")
     else:
         local = x.local()
     for d in range(x.ndim):                   # gathers first ...
         if cur[d] != want[d] and want[d][:len(cur[d])] != cur[d]:
             keep = len(want[d]) if cur[d][:len(want[d])] == want[d] else 0
-            local = _AllGather.apply(local, mesh, cur[d][keep:], d)
+            local = _all_gather(local, mesh, cur[d][keep:], d)
             cur[d] = cur[d][:keep]
     for d in range(x.ndim):                   # ... then slices
         if cur[d] != want[d]:
-            local = _Slice.apply(local, mesh, want[d][len(cur[d]):], d)
+            local = _slice(local, mesh, want[d][len(cur[d]):], d)
     return ShardedArray(local, sharding, shape)
 
 
@@ -636,66 +638,6 @@ def explain(f, *args, **kwargs) -> Explanation:
     return Explanation(log, out)
 
 
-# ---- tp.compile ----------------------------------------------------------------------------------
-def on_blocks(f, *examples):
-    """``f`` over ShardedArrays as a function of their local blocks: argument ``i`` of the result is
-    the block of an array sharded like ``examples[i]`` (a non-array example passes unchanged), and
-    each ShardedArray ``f`` returns is returned as its block (a pending PartialSum reduced).  Its
-    ``out_shardings`` are those of ``f``'s last run.  ``tp.compile`` it: the captured graph is the
-    local program, the inserted collectives ops of it (``dist_psum``, ``dist_all_gather``, ...)."""
-    layout = [(a.sharding, tuple(a.shape)) if isinstance(a, ShardedArray) else None for a in examples]
-
-    def local_program(*blocks):
-        if len(blocks) != len(layout):
-            raise TypeError(f"on_blocks({getattr(f, '__name__', f)}): {len(blocks)} blocks for {len(layout)} examples")
-        if any(isinstance(b, Tensor) and b.requires_grad for b in blocks):
-            raise NotImplementedError(
-                "on_blocks: blocks that require grad -- a captured graph would differentiate its collectives "
-                "in shard_map's convention (psum <-> psum), not in the global one of explicit mode; train "
-                "with the ShardedArrays eagerly, or compile a shard_map body")
-        args = [ShardedArray(b, *lay) if lay else b for b, lay in zip(blocks, layout)]
-        out = f(*args)
-        outs = out if isinstance(out, (tuple, list)) else (out,)
-        local_program.out_shardings = [(o.sharding, tuple(o.shape)) if isinstance(o, ShardedArray) else None
-                                       for o in outs]
-        res = [o.local() if isinstance(o, ShardedArray) else o for o in outs]
-        return type(out)(res) if isinstance(out, (tuple, list)) else res[0]
-
-    local_program.__name__ = f"{getattr(f, '__name__', 'f')}_on_blocks"
-    local_program.out_shardings = None
-    return local_program
-
-
-def compiled_text(f, *args, **compile_options) -> str:
-    """``tp.compile(on_blocks(f, *args)).lower(<their blocks>).as_text()``: the compiled local program,
-    every line with its local shape, each collective line also with its mesh axes and the bytes of
-    its input (``# ... | dist_psum over ['Y']: 96 bytes``)."""
-    import re
-
-    from .. import compile as tp_compile
-    blocks = [a.local() if isinstance(a, ShardedArray) else a for a in args]
-    text = tp_compile(on_blocks(f, *args), **compile_options).lower(*blocks).as_text()
-    lines = text.splitlines()
-    params = re.match(r"def forward\(self, (.*)\):", lines[0]) if lines else None
-    shape = {}
-    if params:
-        for name, b in zip(params.group(1).split(", "), blocks):
-            if isinstance(b, Tensor):
-                shape[name] = (b.numel(), b._data.element_size())
-    out = lines[:1]
-    for line in lines[1:]:
-        m = re.match(r"\s*(\w+) = ops\.(\w+)\((\w+), (\d+), (\[[^\]]*\]).*#\s*(\w+)\[([\d, ]*)\]", line)
-        d = re.match(r"\s*(\w+) = ops\.\w+\(.*#\s*(\w+)\[([\d, ]*)\]", line)
-        if d:
-            n = math.prod(int(v) for v in d.group(3).split(",") if v.strip())
-            shape[d.group(1)] = (n, torch.empty((), dtype=getattr(torch, d.group(2))).element_size())
-        if m and m.group(2) in OPS and "collective" in OPS[m.group(2)].tags and m.group(3) in shape:
-            n, size = shape[m.group(3)]
-            line += f" | {m.group(2)} over {m.group(5)}: {n * size} bytes"
-        out.append(line)
-    return "\n".join(out)
-
-
 # ---- ShardedArray's operators and methods ------------------------------------------------------------
 def _install():
     def method(op):
@@ -721,6 +663,7 @@ def _install():
 
     ShardedArray.__getattr__ = __getattr__
     ShardedArray.__tp_dispatch__ = staticmethod(dispatch)
+    ShardedArray.__tp_compile__ = staticmethod(compile_hook)
     ShardedArray.dim = lambda self: len(self.shape)
     ShardedArray.size = lambda self, d=None: self.shape if d is None else self.shape[d]
     ShardedArray.T = property(lambda self: OPS["permute"].fn(self, list(range(self.ndim))[::-1]))

@@ -16,7 +16,7 @@ about the op, so that no other part of the system keeps a second list:
               without it the model counts by tags)
 ``tags``      pointwise, reduction, view, inplace, random, factory, linalg, nn, nondeterministic,
               comparison, scan, sort, indexing, dynamic_shape, nondifferentiable, loss, shape, conv,
-              may_copy, collective, extern (below)
+              may_copy, collective, extern, per_process (below)
 ============  ==============================================================================
 
 A few tags answer a compiler's questions about an op, so that no pass keeps a list of names:
@@ -25,8 +25,11 @@ A few tags answer a compiler's questions about an op, so that no pass keeps a li
 convolutions and their backward ops; ``sort`` the ops computed by sorting or selection (sort,
 topk, kthvalue, median, mode, unique); ``scan`` the cumulative ops; ``linalg`` the matrix
 products; ``collective`` the communication between processes (tensorplay.distributed: the profiler
-records their bytes and matches them across ranks); ``extern`` the ops with no loop-level form in the
-compiler, which Stax runs as library (ATen) kernels rather than as eager fallbacks.
+records their bytes and matches them across ranks); ``per_process`` the ops whose value depends on
+the process that runs them without communicating (explicit mode's ``dist_block``: this process's
+piece); constant folding evaluates neither kind at compile time; ``extern`` the ops with no
+loop-level form in the compiler, which Stax runs as library (ATen) kernels rather than as eager
+fallbacks.
 
 From the table we generate the free functions (``tp.add``), the ``Tensor`` methods, the Python
 operators (``__add__``/``__radd__``) and the in-place variants (``add_``).
@@ -61,7 +64,8 @@ class DataDependentShapeError(RuntimeError):
 
 TAGS = frozenset({"pointwise", "reduction", "view", "inplace", "random", "factory", "linalg", "nn",
                   "nondeterministic", "comparison", "scan", "sort", "indexing", "dynamic_shape",
-                  "nondifferentiable", "loss", "shape", "conv", "may_copy", "collective", "extern"})
+                  "nondifferentiable", "loss", "shape", "conv", "may_copy", "collective", "extern",
+                  "per_process"})
 
 
 @dataclass

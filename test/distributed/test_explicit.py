@@ -18,7 +18,7 @@ from tensorplay.distributed import NamedSharding, P
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from spmd import run_launcher  # noqa: E402
+from spmd import check_blocks, run_launcher  # noqa: E402
 
 WORLD = 4
 
@@ -30,19 +30,6 @@ def ranks(tmp_path_factory):
     assert r.returncode == 0, f"explicit_worker.py failed ({r.returncode}):\n{r.stdout[-4000:]}\n{r.stderr[-8000:]}"
     saved = [torch.load(out / f"rank{k}.pt", weights_only=False) for k in range(WORLD)]
     return saved[0]["inputs"], [s["rec"] for s in saved]
-
-
-def check_blocks(recs, name, ref, spec, exact=True):
-    """Every rank holds the block of ``ref`` its sharding names, with ``spec``."""
-    for k, rec in enumerate(recs):
-        got = rec[name]
-        assert got["spec"] == tuple(P(*spec)), (name, k, got["spec"])
-        assert got["shape"] == tuple(ref.shape)
-        block = ref[got["index"]] if got["index"] else ref
-        if exact:
-            assert torch.equal(got["local"], block), (name, k)
-        else:
-            torch.testing.assert_close(got["local"], block, rtol=1e-5, atol=1e-5)
 
 
 def kinds(recs, name):
@@ -72,7 +59,9 @@ def test_compiled_local_program_lists_shapes_and_collectives(ranks):
     inp, recs = ranks
     text = recs[0]["compiled_text"]
     assert "ops.matmul(blocks, args_1)  # float32[4, 6]" in text
-    assert "ops.dist_psum(matmul, 0, ['Y'])  # float32[4, 6] | dist_psum over ['Y']: 96 bytes" in text
+    assert "# arg 0: float32[8, 4] P('X', 'Y') on mesh {'X': 2, 'Y': 2} -> local [4, 2]" in text
+    assert "# result 0: [8, 6] P('X', None) -> local [4, 6]" in text
+    assert "ops.dist_allreduce(matmul, 0, ['Y'])  # float32[4, 6] | dist_allreduce over ['Y']: 96 bytes" in text
     assert "dist_psum_scatter over ['Y']: 96 bytes" in recs[0]["compiled_text_rs"]
     assert "# float32[4, 3]" in recs[0]["compiled_text_rs"]
     check_blocks(recs, "compiled_run", inp["In"] @ inp["W"], ("X", None))
@@ -206,5 +195,6 @@ def test_one_device_mesh_runs_in_one_process():
         a.add_(1)
     prog = D.on_blocks(lambda a: a.sum(0), a)
     assert torch.equal(prog(a.local())._data, ref.sum(0)) and prog.out_shardings[0][0].spec == P("Y")
-    with pytest.raises(NotImplementedError, match="require grad"):
-        prog(tp.Tensor(ref, requires_grad=True))
+    leaf = tp.Tensor(ref.clone(), requires_grad=True)          # blocks that require grad train (global convention)
+    (prog(leaf) * 2).sum().backward()
+    assert torch.equal(leaf.grad._data, torch.full((8, 4), 2.0))

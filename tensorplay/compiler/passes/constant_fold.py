@@ -5,7 +5,8 @@ arguments are all Python values (``_zeros``, ``_ones``, ``_full``, ``_arange``, 
 node folded by this pass.  A ``call_function`` node is folded when
 
 * its op is neither random, nor in-place, nor a factory (a lone factory is cheaper to regenerate
-  than to store; it is folded together with its consumer);
+  than to store; it is folded together with its consumer), nor a collective or an op whose value
+  depends on the process (tags ``collective``, ``per_process``: tensorplay.distributed);
 * it has at least one tensor input and all of its tensor inputs are constant;
 * its result has at most ``MAX_ELEMENTS`` (1M) elements in total;
 * no input and not the result is written by an in-place op later (only possible before
@@ -55,7 +56,12 @@ def _pure_factory(n: Node) -> bool:
 
 
 def _foldable_op(d) -> bool:
-    return d is not None and not d.is_inplace and "random" not in d.tags and "factory" not in d.tags
+    return (d is not None and not d.is_inplace and not d.tags & _UNFOLDABLE)
+
+
+#: random values, factories (module doc); communication, and values that differ by process (a
+#: process's block: the compiled graph is the same on every process, and may be shared by them)
+_UNFOLDABLE = frozenset({"random", "factory", "collective", "per_process"})
 
 
 def constant_fold(gm) -> bool:

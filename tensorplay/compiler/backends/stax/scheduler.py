@@ -100,6 +100,15 @@ class SchedNode:
         return f"SchedNode({self.name})"
 
 
+def _reader_index(items) -> dict:
+    """buffer name -> the items (nodes or groups, each with ``reads``) that read it, in order."""
+    idx = {}
+    for it in items:
+        for name in it.reads:
+            idx.setdefault(name, []).append(it)
+    return idx
+
+
 def _flat(a):
     if isinstance(a, (list, tuple)):
         for x in a:
@@ -179,6 +188,14 @@ class Scheduler:
         return self._bytes.get(name, 0)
 
     # -- relations ------------------------------------------------------------------------------
+    def node_readers(self, name) -> list:
+        """The scheduler nodes that read buffer ``name``, in program order (an index built once: the
+        nodes' reads do not change while fusing)."""
+        idx = self.__dict__.get("_node_readers")
+        if idx is None:
+            idx = self._node_readers = _reader_index(self.nodes)
+        return idx.get(name, [])
+
     def depends(self, g_later, g_earlier) -> bool:
         """Does g_later read something g_earlier writes?"""
         return bool(g_later.reads & g_earlier.writes)
@@ -206,10 +223,7 @@ class Scheduler:
         """buffer name -> the groups that read it (kept up to date by ``_merge``)."""
         idx = self.__dict__.get("_readers")
         if idx is None:
-            idx = self._readers = {}
-            for h in self.groups:
-                for name in h.reads:
-                    idx.setdefault(name, []).append(h)
+            idx = self._readers = _reader_index(self.groups)
         return idx
 
     def path_through_other(self, a, b) -> bool:
@@ -492,10 +506,7 @@ class Scheduler:
     # -- kernel order (§7.5) ------------------------------------------------------------------------
     def _live_model(self):
         """(bytes each group allocates, readers of each materialised intermediate)."""
-        readers = {}
-        for g in self.groups:
-            for name in g.reads:
-                readers.setdefault(name, []).append(g)
+        readers = _reader_index(self.groups)
         alloc = {}
         for g in self.groups:
             local = self._local_given(g, readers)
@@ -583,12 +594,7 @@ class Scheduler:
 
     def local_buffers(self, g):
         """Buffers produced in g that nobody outside g reads and that are not outputs."""
-        readers = {}
-        for h in self.groups:
-            if h is not g:
-                for name in h.reads:
-                    readers.setdefault(name, []).append(h)
-        return self._local_given(g, readers)
+        return self._local_given(g, _reader_index(h for h in self.groups if h is not g))
 
     def _local_given(self, g, readers):
         """``local_buffers(g)`` from ``readers`` (buffer name -> the groups that read it; g may be

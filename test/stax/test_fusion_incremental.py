@@ -101,3 +101,95 @@ def test_incremental_fusion_scales_near_linearly(monkeypatch):
     monkeypatch.setenv("TP_GRAPH_CACHE", "0")
     small, large = _chain_graph_seconds(10), _chain_graph_seconds(40)
     assert large < 4 * 4 * small + 0.5, (small, large)     # 4x the graph: well under the 64x of a cubic loop
+
+
+def _memory_order_reference(sched):
+    """The list schedule of ``Scheduler.memory_order`` as its docstring states it: every step scans
+    every waiting group (quadratic; the reference the heap version is compared with)."""
+    alloc, readers = sched._live_model()
+    writer = {n: g for g in sched.groups for n in g.writes}
+    preds = {id(g): {id(writer[n]) for n in g.reads if n in writer and writer[n] is not g} for g in sched.groups}
+    remaining = {n: len(rs) for n, rs in readers.items()}
+    done, order = set(), []
+    pending = sorted(sched.groups, key=lambda g: g.order)
+    while pending:
+        ready = [g for g in pending if preds[id(g)] <= done]
+
+        def net(g):
+            freed = sum(sched.buffer_bytes(n) for n in g.reads
+                        if n in writer and remaining.get(n) == 1 and n not in sched.output_names)
+            return (alloc[id(g)] - freed, g.order)
+        g = min(ready, key=net)
+        for n in g.reads:
+            if n in remaining:
+                remaining[n] -= 1
+        order.append(g)
+        done.add(id(g))
+        pending.remove(g)
+    return order
+
+
+def _benchmark(name):
+    sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks"))
+    import compile_time
+    return getattr(compile_time, name)
+
+
+def _synthetic_graph(kind, n):
+    return _benchmark("_synthetic")(kind, n)
+
+
+@pytest.mark.parametrize("case", ["gpt", "diamond", "residual", "chain"])
+def test_memory_order_equals_the_scanning_list_schedule(monkeypatch, case):
+    """The heap list schedule (lazy entries: a waiting group's net only drops) runs the groups in
+    the order of the scan over every waiting group, on a GPT training step and on wide graphs
+    with many extern kernels."""
+    monkeypatch.setenv("TP_GRAPH_CACHE", "0")
+    checked = []
+    orig = S.Scheduler.memory_order
+
+    def both(self):
+        out = orig(self)
+        assert [id(g) for g in out] == [id(g) for g in _memory_order_reference(self)]
+        checked.append(len(out))
+        return out
+    monkeypatch.setattr(S.Scheduler, "memory_order", both)
+    if case == "gpt":
+        from gpt import GPT, GPTConfig
+        tp.manual_seed(0)
+        m = GPT(GPTConfig(vocab_size=64, block_size=16, n_layer=2, n_head=2, n_embd=32))
+        idx, tgt = tp.randint(0, 64, (2, 16)), tp.randint(0, 64, (2, 16))
+        tp.compile(lambda x, y: m(x, y)[1], strict_native=True)(idx, tgt).backward()
+    else:
+        _benchmark("_stax_phases")(_synthetic_graph(case, 400), tp.randn(8, 32))
+    assert checked and max(checked) > 20
+
+
+@pytest.mark.parametrize("kind", ["diamond", "residual"])
+def test_incremental_fusion_equals_exhaustive_on_wide_graphs(compare_fusions, kind):
+    """Graphs with many extern kernels reading one weight (whose pairs ``fuse`` never scores)."""
+    x = tp.randn(8, 32)
+    f = _synthetic_graph(kind, 150)
+    cf = tp.compile(f, strict_native=True)
+    cf(x)
+    tp.testing.assert_close(cf(x), f(x), rtol=1e-4, atol=1e-4)
+    assert compare_fusions and max(compare_fusions) > 10
+
+
+def test_scored_pairs_grow_linearly_with_many_externs_of_one_weight(monkeypatch):
+    """Every matmul of the diamond graph reads the same weight; a pair of extern kernels can never
+    fuse, so ``fuse`` scores a number of pairs linear in the graph (not the externs' square)."""
+    from tensorplay.compiler.backends.stax import choices
+    monkeypatch.setenv("TP_GRAPH_CACHE", "0")
+    counts = []
+    orig = choices.score_fusion
+
+    def counted(*a):
+        counts[-1] += 1
+        return orig(*a)
+    monkeypatch.setattr(choices, "score_fusion", counted)
+    x = tp.randn(8, 32)
+    for n in (200, 800):
+        counts.append(0)
+        _benchmark("_stax_phases")(_synthetic_graph("diamond", n), x)     # lowering, fuse, codegen
+    assert counts[0] > 0 and counts[1] < 5 * counts[0], counts

@@ -134,7 +134,7 @@ def can_fuse(sched, g1, g2) -> bool:
         return False
     if not config.get("stax.keep_realized_local"):
         for name in (g1.writes & g2.reads) | (g2.writes & g1.reads):
-            readers = [n for n in sched.nodes if name in n.reads]
+            readers = sched.node_readers(name)
             if not sched.by_name[name].is_reduction and len(readers) > 1 and all(n.is_reduction for n in readers):
                 return False
     if sched.path_through_other(g1, g2) or sched.path_through_other(g2, g1):

@@ -100,6 +100,15 @@ class SchedNode:
         return f"SchedNode({self.name})"
 
 
+def _reader_index(items) -> dict:
+    """buffer name -> the items (nodes or groups, each with ``reads``) that read it, in order."""
+    idx = {}
+    for it in items:
+        for name in it.reads:
+            idx.setdefault(name, []).append(it)
+    return idx
+
+
 def _flat(a):
     if isinstance(a, (list, tuple)):
         for x in a:
@@ -179,6 +188,14 @@ class Scheduler:
         return self._bytes.get(name, 0)
 
     # -- relations ------------------------------------------------------------------------------
+    def node_readers(self, name) -> list:
+        """The scheduler nodes that read buffer ``name``, in program order (an index built once: the
+        nodes' reads do not change while fusing)."""
+        idx = self.__dict__.get("_node_readers")
+        if idx is None:
+            idx = self._node_readers = _reader_index(self.nodes)
+        return idx.get(name, [])
+
     def depends(self, g_later, g_earlier) -> bool:
         """Does g_later read something g_earlier writes?"""
         return bool(g_later.reads & g_earlier.writes)
@@ -206,10 +223,7 @@ class Scheduler:
         """buffer name -> the groups that read it (kept up to date by ``_merge``)."""
         idx = self.__dict__.get("_readers")
         if idx is None:
-            idx = self._readers = {}
-            for h in self.groups:
-                for name in h.reads:
-                    idx.setdefault(name, []).append(h)
+            idx = self._readers = _reader_index(self.groups)
         return idx
 
     def path_through_other(self, a, b) -> bool:
@@ -290,22 +304,47 @@ class Scheduler:
             return False
         for n in nodes:
             pl = Group.placement(n, sig)
-            idx = kernel_index(n, pl, sig)
-            for bname, expr in n.record(idx):
+            for bname, expr in self._loads_at(n, sig):
                 if bname not in names:
                     continue
                 prod = self.by_name[bname]
                 ppl = Group.placement(prod, sig)
-                pexpr = store_index(prod, ppl, sig)
+                pexpr = self._store_at(prod, sig)
                 if ppl == "inner":
-                    if pl not in ("inner", "reduce") or not _same_index(expr, pexpr):
+                    if pl not in ("inner", "reduce") or not self._same(expr, pexpr):
                         return False
                 else:  # producer is a row value (reduce/outer): reader must read it by row
                     if any(str(s).startswith("r") for s in expr.free_symbols):
                         return False
-                    if not _same_index(expr, pexpr):
+                    if not self._same(expr, pexpr):
                         return False
         return True
+
+    def _loads_at(self, n, sig):
+        """The loads (buffer, index) node ``n`` makes when placed in a group of iteration space
+        ``sig`` -- a pure function of the two, kept: a node is checked again at every merge of
+        its group, so without the memo a group of k nodes costs k^2 recordings."""
+        memo = self.__dict__.setdefault("_loads_memo", {})
+        key = (n.name, sig)
+        if key not in memo:
+            memo[key] = n.record(kernel_index(n, Group.placement(n, sig), sig))
+        return memo[key]
+
+    def _store_at(self, n, sig):
+        """``store_index`` of node ``n`` in a group of iteration space ``sig`` (kept, as ``_loads_at``)."""
+        memo = self.__dict__.setdefault("_store_memo", {})
+        key = (n.name, sig)
+        if key not in memo:
+            memo[key] = store_index(n, Group.placement(n, sig), sig)
+        return memo[key]
+
+    def _same(self, a, b) -> bool:
+        """``_same_index(a, b)``, kept per pair of expressions."""
+        memo = self.__dict__.setdefault("_same_memo", {})
+        key = (a, b)
+        if key not in memo:
+            memo[key] = _same_index(a, b)
+        return memo[key]
 
     # -- the greedy loop (Alg. 7.1) -------------------------------------------------------------
     def fuse(self):
@@ -325,6 +364,8 @@ class Scheduler:
         heap = []
 
         def push_pairs(g):
+            if g.is_extern:               # an extern kernel fuses with nothing (can_fuse); many share
+                return                    # a weight, and their pairs would fill the heap quadratically
             readers = self._readers_index()
             writer = self._writer_index()
             others = {}
@@ -339,6 +380,8 @@ class Scheduler:
                     others[id(h)] = h
             others.pop(id(g), None)
             for h in others.values():
+                if h.is_extern:
+                    continue
                 a, b = (g, h) if g.order < h.order else (h, g)
                 shared, neg_dist = choices.score_fusion(self, a, b)
                 heapq.heappush(heap, (-shared, -neg_dist, a.order, b.order, gen[id(a)], gen[id(b)], id(a), id(b)))
@@ -360,6 +403,7 @@ class Scheduler:
             gen[ia] += 1
             push_pairs(a)
         self._rank = None
+        self.groups = [g for g in self.groups if id(g) in alive]
         self._order_groups()
         return self._fused()
 
@@ -400,8 +444,9 @@ class Scheduler:
 
     def _merge(self, g1, g2, reorder=True):
         """Merge ``g2`` into ``g1``, keeping the readers', writers' and successors' indexes; with
-        ``reorder`` also the groups' topological order (``fuse`` orders once, at the end: an order
-        per merge made the greedy loop quadratic)."""
+        ``reorder`` also drop ``g2`` from ``groups`` and keep their topological order.  Without it
+        the caller drops the merged groups (``fuse`` filters and orders once, at the end: a list
+        removal and an order per merge made the greedy loop quadratic)."""
         readers, writer = self._readers_index(), self._writer_index()
         succ = self.__dict__.get("_succ_cache")
         if succ is not None:    # the successor lists that name g2 (its inputs' writers), and g1's, change
@@ -427,10 +472,10 @@ class Scheduler:
         # reduction takes the fixed (rows, reduced elements) split
         if g1.sig[0] != "pw" or g2.sig[0] != "pw":
             g1.sig = sig
-        self.groups.remove(g2)
         for n in g2.nodes:
             self.group_of[n.name] = g1
         if reorder:
+            self.groups.remove(g2)
             self._order_groups()
 
     def _order_groups(self):
@@ -461,14 +506,11 @@ class Scheduler:
     # -- kernel order (§7.5) ------------------------------------------------------------------------
     def _live_model(self):
         """(bytes each group allocates, readers of each materialised intermediate)."""
-        local = set()
+        readers = _reader_index(self.groups)
+        alloc = {}
         for g in self.groups:
-            local |= self.local_buffers(g)
-        readers = {}
-        for g in self.groups:
-            for name in g.reads:
-                readers.setdefault(name, []).append(g)
-        alloc = {id(g): sum(self.buffer_bytes(n) for n in g.writes if n not in local) for g in self.groups}
+            local = self._local_given(g, readers)
+            alloc[id(g)] = sum(self.buffer_bytes(n) for n in g.writes if n not in local)
         return alloc, readers
 
     def peak_bytes(self, order=None) -> int:
@@ -497,29 +539,50 @@ class Scheduler:
         ties broken by program order.  A greedy list schedule — optimal orders are NP-hard in
         general; the greedy one never does worse than program order on chains, and runs a
         consumer as soon as it frees a large producer (two independent matmul branches: the first
-        branch's reduction runs before the second matmul)."""
+        branch's reduction runs before the second matmul).
+
+        The ready groups sit in a heap by (net, order).  A group's freed bytes only grow while it
+        waits (a buffer is freed by its last reader: when all its other readers have run), so a
+        group whose net drops is pushed again and its older, larger entry is skipped when popped."""
+        import heapq
         alloc, readers = self._live_model()
         writer = {n: g for g in self.groups for n in g.writes}
-        preds = {id(g): {id(writer[n]) for n in g.reads if n in writer and writer[n] is not g} for g in self.groups}
         remaining = {n: len(rs) for n, rs in readers.items()}
+        freed = {id(g): 0 for g in self.groups}
+        for n, rs in readers.items():
+            if n in writer and len(rs) == 1 and n not in self.output_names:
+                freed[id(rs[0])] += self.buffer_bytes(n)
+        succs = {id(g): [] for g in self.groups}
+        left = {}
+        for g in self.groups:
+            preds = {id(writer[n]) for n in g.reads if n in writer and writer[n] is not g}
+            left[id(g)] = len(preds)
+            for p in preds:
+                succs[p].append(g)
+        heap = [(alloc[id(g)] - freed[id(g)], g.order, id(g), g) for g in self.groups if left[id(g)] == 0]
+        heapq.heapify(heap)
         done, order = set(), []
-        pending = sorted(self.groups, key=lambda g: g.order)
-        while pending:
-            ready = [g for g in pending if preds[id(g)] <= done]
-            if not ready:
-                raise RuntimeError("scheduler: cycle between fused groups (Prop. 7.1 violated)")
-
-            def net(g):
-                freed = sum(self.buffer_bytes(n) for n in g.reads
-                            if n in writer and remaining.get(n) == 1 and n not in self.output_names)
-                return (alloc[id(g)] - freed, g.order)
-            g = min(ready, key=net)
-            for n in g.reads:
-                if n in remaining:
-                    remaining[n] -= 1
+        while heap:
+            net, _, _, g = heapq.heappop(heap)
+            if id(g) in done or net != alloc[id(g)] - freed[id(g)]:
+                continue                  # an entry from before the group's net dropped
             order.append(g)
             done.add(id(g))
-            pending.remove(g)
+            for n in g.reads:
+                if n not in remaining:
+                    continue
+                remaining[n] -= 1
+                if remaining[n] == 1 and n in writer and n not in self.output_names:
+                    last = next(r for r in readers[n] if id(r) not in done)
+                    freed[id(last)] += self.buffer_bytes(n)
+                    if left[id(last)] == 0:
+                        heapq.heappush(heap, (alloc[id(last)] - freed[id(last)], last.order, id(last), last))
+            for h in succs[id(g)]:
+                left[id(h)] -= 1
+                if left[id(h)] == 0:
+                    heapq.heappush(heap, (alloc[id(h)] - freed[id(h)], h.order, id(h), h))
+        if len(order) != len(self.groups):
+            raise RuntimeError("scheduler: cycle between fused groups (Prop. 7.1 violated)")
         return order
 
     def kernel_sig(self, g):
@@ -531,12 +594,13 @@ class Scheduler:
 
     def local_buffers(self, g):
         """Buffers produced in g that nobody outside g reads and that are not outputs."""
-        outside_reads = set()
-        for h in self.groups:
-            if h is not g:
-                outside_reads |= h.reads
-        return {n.name for n in g.nodes if n.name not in outside_reads and n.name not in self.output_names}
+        return self._local_given(g, _reader_index(h for h in self.groups if h is not g))
 
+    def _local_given(self, g, readers):
+        """``local_buffers(g)`` from ``readers`` (buffer name -> the groups that read it; g may be
+        among them)."""
+        return {n.name for n in g.nodes if n.name not in self.output_names
+                and all(r is g for r in readers.get(n.name, ()))}
 
 def kernel_vars(sig):
     outer, inner = sig

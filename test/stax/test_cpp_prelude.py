@@ -215,6 +215,11 @@ def _source():
     out.append('extern "C" void rng_randint(int64_t seed, const int64_t* off, int64_t stream, int64_t low, '
                'uint64_t range, int64_t* y) { tp::philox_randint(tp::Vec<int64_t>(seed), tp::Vec<int64_t>::load(off), '
                'stream, low, range).store(y); }\n')
+    # tail masks of compile-time lengths (GCC 12.2 with 512-bit vectors folded these to all-true)
+    for k in (1, 3, 4, 7):
+        out.append(f'extern "C" void const_tail_{k}(float* y) {{ const int n = {k}; '
+                   f'tp::where(tp::Vec<float>::iota(0.0f) < tp::Vec<float>(float(n)), tp::Vec<float>(1.0f), '
+                   f'tp::Vec<float>(0.0f)).store(y); }}\n')
     return "".join(out)
 
 
@@ -565,6 +570,18 @@ def test_load_split_reads_the_same_lanes_as_load(lib, s):
         y = np.zeros(n, dtype=dtype)
         f(x[off:].ctypes.data, y.ctypes.data)
         assert x[off:off + n].tobytes() == y.tobytes(), f"{s} offset {off}"
+
+
+@pytest.mark.parametrize("k", [1, 3, 4, 7])
+def test_tail_masks_of_constant_length(lib, k):
+    """``where(iota < n, 1, 0)`` with ``n`` known at compile time has exactly min(n, lanes) ones:
+    GCC 12.2 on AVX-512 (512-bit vectors preferred) folded it to all ones until ``iota`` was made
+    opaque to the optimiser (compiled layer_norm of rows shorter than a vector was wrong)."""
+    f = lib.fn(f"const_tail_{k}", None, [ctypes.c_void_p])
+    y = np.zeros(lib.lanes, dtype=np.float32)
+    f(y.ctypes.data)
+    want = (np.arange(lib.lanes) < k).astype(np.float32)
+    assert y.tolist() == want.tolist()
 
 
 TABLE_F32 = {   # table-driven float32 functions: (range checked exhaustively, measured worst FMA / no FMA)

@@ -407,7 +407,16 @@ struct Vec {
     static TP_INLINE Vec iota(T start) {      // start, start+1, ...
         T t[size];
         for (int i = 0; i < size; ++i) t[i] = T(start + T(i));
-        return load(t);
+        Vec r = load(t);
+        // Opaque to the optimiser: GCC 12.2 (x86-64, AVX-512 with 512-bit vectors preferred, e.g.
+        // -march=native on a CPU it tunes generically) folds a comparison of a constant iota with a
+        // constant -- a tail mask of a compile-time length -- into a wrong all-true select
+        // (`where(iota < 4, 1, 0)` became 16 ones).  Hiding the lanes keeps the comparison at run time.
+        for (int k = 0; k < nchunks; ++k) {
+            if constexpr (sizeof(chunk_type) > sizeof(T)) asm("" : "+x"(r.c[k]));   // a SIMD register
+            else asm("" : "+m"(r.c[k]));                                             // TP_SCALAR
+        }
+        return r;
     }
     TP_INLINE T operator[](int i) const { return c[i / chunk_lanes][i % chunk_lanes]; }
     TP_INLINE void set(int i, T v) { c[i / chunk_lanes][i % chunk_lanes] = v; }

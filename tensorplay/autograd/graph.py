@@ -348,7 +348,10 @@ def _flatten_grads(op, res, slot_meta):
             raise RuntimeError(f"autograd formula of tp.{op.name} returned a gradient of shape {list(g.shape)} "
                                f"for an input of shape {list(shape)}")
         if g._data.dtype != dtype:
-            g = g.to(dtype)
+            if g._data.is_complex() and not dtype.is_complex:   # a real input's gradient: the real part
+                from ..ops.registry import OPS
+                g = OPS["real"].fn(g)
+            g = g.to(dtype) if g._data.dtype != dtype else g
         out.append(g)
     return out
 

@@ -32,6 +32,17 @@ def unbroadcast(g, x):
     return sum_to(g, x.shape)
 
 
+def sgn(x):
+    """``sign(x)`` for a real tensor; ``x / |x|`` (0 at 0) for a complex one: the derivative factor
+    of ``|x|`` in PyTorch's convention for both (``torch.sgn``)."""
+    if not x.is_complex():
+        return x.sign()
+    from .registry import OPS
+    a = x.abs()
+    zero = a == 0
+    return OPS["where"].fn(zero, 0.0, x / OPS["where"].fn(zero, 1.0, a))
+
+
 def scalar_dtype_tensor(v, like: torch.Tensor) -> torch.Tensor:
     """A Python number as a 0-d torch tensor that promotes like a Python scalar would."""
     if isinstance(v, bool):

@@ -33,6 +33,7 @@ __all__ = []
 V = ("view",)
 S = ("shape", "extern")     # copying shape ops: library (ATen) kernels in Stax
 L = ("linalg",)
+LH = ("linalg", "holomorphic")   # (registry.py: the complex convention)
 
 
 def _op(name):
@@ -275,7 +276,7 @@ def _tensordot_bwd(ctx, g):
 
 register("tensordot(Tensor self, Tensor other, int[] dims_self, int[] dims_other) -> Tensor",
          lambda self, other, dims_self, dims_other: torch.tensordot(self, other, dims=(dims_self, dims_other)),
-         backward=_tensordot_bwd, save=("self", "other"), tags=L, method=False, function=False)
+         backward=_tensordot_bwd, save=("self", "other"), tags=LH, method=False, function=False)
 
 
 def tensordot(a, b, dims=2):
@@ -299,7 +300,7 @@ def _kron_bwd(ctx, g):
     return ga, gb
 
 
-register("kron(Tensor self, Tensor other) -> Tensor", backward=_kron_bwd, save=("self", "other"), tags=L)
+register("kron(Tensor self, Tensor other) -> Tensor", backward=_kron_bwd, save=("self", "other"), tags=LH)
 
 
 # ---- cdist / cross ---------------------------------------------------------------------------------------
@@ -364,9 +365,9 @@ def _cross_bwd(ctx, g):
 
 
 register("cross(Tensor self, Tensor other, int? dim=None) -> Tensor", _cross_kernel, backward=_cross_bwd,
-         save=("self", "other"), tags=L)
+         save=("self", "other"), tags=LH)
 register("linalg_cross(Tensor self, Tensor other, int dim=-1) -> Tensor", _cross_kernel, backward=_cross_bwd,
-         save=("self", "other"), tags=L, method=False, function=False,
+         save=("self", "other"), tags=LH, method=False, function=False,
          doc="torch.linalg.cross: the cross product along ``dim`` (default -1), inputs broadcast.")
 
 

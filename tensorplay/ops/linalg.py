@@ -32,7 +32,7 @@ from .registry import OPS, call, register
 
 __all__ = []
 
-L = ("linalg",)
+L = ("linalg", "holomorphic")   # every product here: g * f'(z) (registry.py: the complex convention)
 
 
 def _matmul_flops(ins, out):

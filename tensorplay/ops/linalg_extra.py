@@ -4,8 +4,10 @@ pinv, matrix_rank.
 
 Every kernel is ATen's ``torch.linalg`` function, so forward results are PyTorch's bit for bit; for
 the compiler these are extern library kernels (tag ``linalg``).  Derivatives are written in tp ops
-(so they differentiate again) with the standard formulas, for real inputs (complex inputs run
-forward; their gradients are not implemented and raise):
+(so they differentiate again) with the standard formulas, for real inputs.  inv, det and solve
+(tag ``holomorphic``) also differentiate complex inputs, with PyTorch's convention (the registry
+conjugates the formula); vector_norm's complex gradient is ``sgn(x)``-based like
+PyTorch's; the other complex gradients are not implemented and raise:
 
 * ``inv``: ``dA = -Xᵀ G Xᵀ`` (X the inverse); ``det``: ``dA = g det A⁻ᵀ``; ``slogdet`` / ``logdet``:
   ``dA = g A⁻ᵀ``;
@@ -37,6 +39,7 @@ from .registry import OPS, DataDependentShapeError, _to_meta, register
 __all__ = []
 
 L = ("linalg",)
+LH = ("linalg", "holomorphic")   # inv, det, solve: holomorphic in the entries (registry.py)
 
 
 def _op(name):
@@ -80,11 +83,10 @@ def _solve_tri(a, b, upper, left=True, unitriangular=False):
 # ---- vector_norm -------------------------------------------------------------------------------
 def _vector_norm_bwd(ctx, g):
     x = ctx.self
-    _real_only("linalg_vector_norm", x)
     dim = ctx.dim if ctx.dim else None
     g = _restore(g, x.dim(), dim, ctx.keepdim)
     r = _restore(ctx.result, x.dim(), dim, ctx.keepdim)
-    if x.dtype != g.dtype:
+    if x.dtype != g.dtype and not x.is_complex():      # (a complex x has a real norm: keep x complex)
         x = x.to(g.dtype)
     return _norm_grad(x, g, r, float(ctx.ord), _rdims(dim, x.dim()))
 
@@ -102,29 +104,27 @@ def _inv_grad(g, x):
 
 
 def _inv_bwd(ctx, g):
-    _real_only("linalg_inv", ctx.A)
     return _inv_grad(g, ctx.result)
 
 
-register("linalg_inv(Tensor A) -> Tensor", "torch.linalg.inv", backward=_inv_bwd, save=("A", "result"), tags=L,
+register("linalg_inv(Tensor A) -> Tensor", "torch.linalg.inv", backward=_inv_bwd, save=("A", "result"), tags=LH,
          function=False, method=False, doc="The inverse of each square matrix of A (batched).")
 register("inverse(Tensor self) -> Tensor", backward=lambda ctx, g: _inv_grad(g, ctx.result), save=("result",),
-         tags=L, doc="The inverse of each square matrix (the older name of linalg.inv).")
+         tags=LH, doc="The inverse of each square matrix (the older name of linalg.inv).")
 register("linalg_inv_ex(Tensor A, *, bool check_errors=False) -> (Tensor inverse, Tensor info)",
-         "torch.linalg.inv_ex", backward=lambda ctx, g, _gi: _inv_grad(g, ctx.result[0]), save=("result",), tags=L,
+         "torch.linalg.inv_ex", backward=lambda ctx, g, _gi: _inv_grad(g, ctx.result[0]), save=("result",), tags=LH,
          function=False, method=False, doc="inv without the error check: info > 0 marks singular matrices.")
 
 
 def _det_bwd(ctx, g):
     a = ctx.A
-    _real_only("linalg_det", a)
     return (g * ctx.result).unsqueeze(-1).unsqueeze(-1) * _t(_inv(a))
 
 
-register("linalg_det(Tensor A) -> Tensor", "torch.linalg.det", backward=_det_bwd, save=("A", "result"), tags=L,
+register("linalg_det(Tensor A) -> Tensor", "torch.linalg.det", backward=_det_bwd, save=("A", "result"), tags=LH,
          function=False, method=False, doc="The determinant of each square matrix of A.")
 register("det(Tensor self) -> Tensor", backward=lambda ctx, g: (g * ctx.result).unsqueeze(-1).unsqueeze(-1) *
-         _t(_inv(ctx.self)), save=("self", "result"), tags=L, doc="The determinant (the older name of linalg.det).")
+         _t(_inv(ctx.self)), save=("self", "result"), tags=LH, doc="The determinant (the older name of linalg.det).")
 
 
 def _logdet_grad(g, a):
@@ -149,7 +149,6 @@ def _is_vector_rhs(a, b):
 
 def _solve_bwd(ctx, g):
     a, b, x, left = ctx.A, ctx.B, ctx.result, ctx.left
-    _real_only("linalg_solve", a, b)
     n = ctx.needs_input_grad
     vec = left and _is_vector_rhs(a, b)
     if vec:
@@ -164,13 +163,12 @@ def _solve_bwd(ctx, g):
 
 
 register("linalg_solve(Tensor A, Tensor B, *, bool left=True) -> Tensor", "torch.linalg.solve", backward=_solve_bwd,
-         save=("A", "B", "result"), tags=L, function=False, method=False,
+         save=("A", "B", "result"), tags=LH, function=False, method=False,
          doc="X with A X = B (left) or X A = B; B may be a (batch of) vector(s); batch dims broadcast.")
 
 
 def _solve_tri_bwd(ctx, g):
     a, x = ctx.A, ctx.result
-    _real_only("linalg_solve_triangular", a, ctx.B)
     up, left, unit = ctx.upper, ctx.left, ctx.unitriangular
     n = ctx.needs_input_grad
     gb = _solve_tri(_t(a), g, upper=not up, left=left, unitriangular=unit)
@@ -183,7 +181,7 @@ def _solve_tri_bwd(ctx, g):
 
 
 register("linalg_solve_triangular(Tensor A, Tensor B, *, bool upper, bool left=True, bool unitriangular=False) "
-         "-> Tensor", "torch.linalg.solve_triangular", backward=_solve_tri_bwd, save=("A", "B", "result"), tags=L,
+         "-> Tensor", "torch.linalg.solve_triangular", backward=_solve_tri_bwd, save=("A", "B", "result"), tags=LH,
          function=False, method=False,
          doc="X with A X = B (left) or X A = B for triangular A (only its upper / lower triangle is read).")
 
@@ -209,10 +207,12 @@ register("linalg_cholesky(Tensor A, *, bool upper=False) -> Tensor", "torch.lina
          save=("A", "result"), tags=L, function=False, method=False,
          doc="L lower triangular with A = L Lᴴ (upper=True: U with A = Uᴴ U) of a positive-definite A.")
 register("cholesky(Tensor self, bool upper=False) -> Tensor",
-         backward=lambda ctx, g: _chol_bwd_from(ctx.result, g, ctx.upper), save=("result",), tags=L,
+         backward=lambda ctx, g: (_real_only("cholesky", ctx.result), _chol_bwd_from(ctx.result, g, ctx.upper))[1],
+         save=("result",), tags=L,
          doc="The Cholesky factor (the older name of linalg.cholesky).")
 register("linalg_cholesky_ex(Tensor A, *, bool upper=False, bool check_errors=False) -> (Tensor L, Tensor info)",
-         "torch.linalg.cholesky_ex", backward=lambda ctx, g, _gi: _chol_bwd_from(ctx.result[0], g, ctx.upper),
+         "torch.linalg.cholesky_ex", backward=lambda ctx, g, _gi: (_real_only("linalg_cholesky_ex", ctx.result[0]),
+                                       _chol_bwd_from(ctx.result[0], g, ctx.upper))[1],
          save=("result",), tags=L, function=False, method=False,
          doc="cholesky without the error check: info > 0 is the order of the first non-positive leading minor.")
 
@@ -411,7 +411,8 @@ register("linalg_pinv(Tensor self, *, float? atol=None, float? rtol=None, bool h
          save=("self", "result"), tags=L, function=False, method=False,
          doc="The Moore-Penrose pseudo-inverse (singular values below max(atol, rtol * s_max) dropped).")
 register("pinverse(Tensor self, float rcond=1e-15) -> Tensor",
-         backward=lambda ctx, g: _pinv_grad(ctx.self, ctx.result, g), save=("self", "result"), tags=L,
+         backward=lambda ctx, g: (_real_only("pinverse", ctx.self), _pinv_grad(ctx.self, ctx.result, g))[1],
+         save=("self", "result"), tags=L,
          doc="The pseudo-inverse (the older name of linalg.pinv, relative cut-off rcond).")
 
 

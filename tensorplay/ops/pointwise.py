@@ -28,6 +28,7 @@ the arguments it saves, and tags.  What the family guarantees:
 """
 from __future__ import annotations
 
+import cmath
 import math
 import numbers
 
@@ -35,12 +36,13 @@ import torch
 import torch.nn.functional as F
 
 from .._tensor import Tensor
-from ._helpers import unbroadcast
+from ._helpers import sgn, unbroadcast
 from .registry import OPS, _to_meta, register
 
 __all__ = []
 
 P = ("pointwise",)
+H = ("pointwise", "holomorphic")   # formulas g * f'(z): the table conjugates them for complex inputs
 CMP = ("pointwise", "comparison", "nondifferentiable")
 LOGIC = ("pointwise", "nondifferentiable")
 
@@ -100,7 +102,12 @@ register("mul(Tensor self, Tensor other) -> Tensor", _binary(torch.mul, "__rmul_
 
 
 def _conj(x):
-    return x
+    """The complex conjugate of a saved operand (a tensor or a Python number); real values as they
+    are.  Complex derivatives follow PyTorch's convention (the conjugate Wirtinger derivative):
+    the gradient of ``a * b`` for ``a`` is ``g * conj(b)``."""
+    if isinstance(x, Tensor):
+        return OPS["conj_physical"].fn(x) if x.is_complex() else x
+    return x.conjugate() if isinstance(x, complex) else x
 
 
 _div_t, _div_r = _binary(torch.div, "__rtruediv__"), _binary(torch.div)
@@ -135,13 +142,13 @@ def _rounding_div_meta(self, other, rounding_mode):
 
 
 register("div(Tensor self, Tensor other, *, str? rounding_mode=None) -> Tensor", _div_kernel, meta=_rounding_div_meta,
-         backward=_div_bwd, save=("self", "other"), tags=P, dunders=("__truediv__",), rdunders=("__rtruediv__",),
+         backward=_div_bwd, save=("self", "other"), tags=H, dunders=("__truediv__",), rdunders=("__rtruediv__",),
          inplace=True, inplace_dunders=("__itruediv__",))
 
 register("neg(Tensor self) -> Tensor", backward=lambda ctx, g: -g, save=(), tags=P, dunders=("__neg__",),
          inplace=True)
 
-register("exp(Tensor self) -> Tensor", backward=lambda ctx, g: g * ctx.result, save=("result",), tags=P,
+register("exp(Tensor self) -> Tensor", backward=lambda ctx, g: g * ctx.result, save=("result",), tags=H,
          inplace=True)
 
 
@@ -210,9 +217,20 @@ register("fmod(Tensor self, Tensor other) -> Tensor", _binary(torch.fmod),
 
 
 def _log_of_number(b):
+    if isinstance(b, complex):
+        return complex(-math.inf, 0) if b == 0 else cmath.log(b)
     if b > 0:
         return math.log(b)
     return -math.inf if b == 0 else math.nan
+
+
+def _nonneg_exponent(e):
+    """``e >= 0`` (where 0^e is constant); a complex exponent: real and >= 0 (PyTorch's rule)."""
+    if isinstance(e, Tensor) and e.is_complex():
+        return (OPS["imag"].fn(e) == 0) & (OPS["real"].fn(e) >= 0)
+    if isinstance(e, complex):
+        return e.imag == 0 and e.real >= 0
+    return e >= 0
 
 
 def _pow_bwd(ctx, g):
@@ -231,25 +249,25 @@ def _pow_bwd(ctx, g):
             lb = _log_of_number(base)
             ge = g * (r * lb)
             if base == 0:   # 0^e is constant (0 or 1) for e >= 0: zero, not 0 * -inf
-                ge = _where(e >= 0, 0.0, ge)
+                ge = _where(_nonneg_exponent(e), 0.0, ge)
         else:
             # a negative base has no real logarithm: NaN, as in PyTorch
-            ge = _where((base == 0) & (e >= 0), 0.0, g * (r * base.log()))
+            ge = _where((base == 0) & _nonneg_exponent(e), 0.0, g * (r * base.log()))
         ge = unbroadcast(ge, e)
     return gb, ge
 
 
 register("pow(Tensor self, Tensor exponent) -> Tensor", "torch.pow", backward=_pow_bwd,
-         save=("self", "exponent", "result"), tags=P, dunders=("__pow__",), rdunders=("__rpow__",),
+         save=("self", "exponent", "result"), tags=H, dunders=("__pow__",), rdunders=("__rpow__",),
          inplace=True, inplace_dunders=("__ipow__",),
          doc="self ** exponent; both operands may be tensors or Python numbers, both are differentiable.")
 
 register("float_power(Tensor self, Tensor exponent) -> Tensor", _binary(torch.float_power),
-         backward=_pow_bwd, save=("self", "exponent", "result"), tags=P,
+         backward=_pow_bwd, save=("self", "exponent", "result"), tags=H,
          doc="pow computed in float64 (complex128).")
 
 register("reciprocal(Tensor self) -> Tensor", backward=lambda ctx, g: -g * (ctx.result * ctx.result),
-         save=("result",), tags=P, inplace=True)
+         save=("result",), tags=H, inplace=True)
 
 register("rsub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
          lambda self, other, alpha: torch.rsub(self, other, alpha=alpha),
@@ -257,11 +275,11 @@ register("rsub(Tensor self, Tensor other, *, Scalar alpha=1) -> Tensor",
                                   _ub(g, ctx.other, ctx.needs_input_grad[1])),
          save=(), tags=P, doc="other - alpha * self.")
 
-register("abs(Tensor self) -> Tensor", backward=lambda ctx, g: g * ctx.self.sign(), save=("self",), tags=P,
+register("abs(Tensor self) -> Tensor", backward=lambda ctx, g: g * sgn(ctx.self), save=("self",), tags=P,
          dunders=("__abs__",), inplace=True)
 register("positive(Tensor self) -> Tensor", backward=lambda ctx, g: g, save=(), tags=P, dunders=("__pos__",))
 register("sign(Tensor self) -> Tensor", backward=_zero_grad, save=(), tags=P, inplace=True)
-register("square(Tensor self) -> Tensor", backward=lambda ctx, g: g * (2 * ctx.self), save=("self",), tags=P,
+register("square(Tensor self) -> Tensor", backward=lambda ctx, g: g * (2 * ctx.self), save=("self",), tags=H,
          inplace=True)
 
 
@@ -274,7 +292,7 @@ def _lerp_bwd(ctx, g):
 
 
 register("lerp(Tensor self, Tensor end, Tensor weight) -> Tensor", "torch.lerp", backward=_lerp_bwd,
-         save=("self", "end", "weight"), tags=P, inplace=True,
+         save=("self", "end", "weight"), tags=H, inplace=True,
          doc="self + weight * (end - self); weight is a tensor or a Python number.")
 
 
@@ -294,10 +312,10 @@ def _addcdiv_bwd(ctx, g):
 
 
 register("addcmul(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", "torch.addcmul",
-         backward=_addcmul_bwd, save=("tensor1", "tensor2"), tags=P, inplace=True,
+         backward=_addcmul_bwd, save=("tensor1", "tensor2"), tags=H, inplace=True,
          doc="self + value * tensor1 * tensor2.")
 register("addcdiv(Tensor self, Tensor tensor1, Tensor tensor2, *, Scalar value=1) -> Tensor", "torch.addcdiv",
-         backward=_addcdiv_bwd, save=("tensor1", "tensor2"), tags=P, inplace=True,
+         backward=_addcdiv_bwd, save=("tensor1", "tensor2"), tags=H, inplace=True,
          doc="self + value * tensor1 / tensor2 (floating point only).")
 
 
@@ -441,24 +459,24 @@ def _unary(name, backward, save, inplace=True, eager=None, tags=P, **kw):
 
 _SQRT_PI_2 = 2.0 / math.sqrt(math.pi)
 
-_unary("exp2", lambda ctx, g: g * ctx.result * _LN2, ("result",))
-_unary("expm1", lambda ctx, g: g * (ctx.result + 1), ("result",))
-_unary("log", lambda ctx, g: g / ctx.self, ("self",))
-_unary("log2", lambda ctx, g: g / (ctx.self * _LN2), ("self",))
-_unary("log10", lambda ctx, g: g / (ctx.self * _LN10), ("self",))
-_unary("log1p", lambda ctx, g: g / (ctx.self + 1), ("self",))
-_unary("sqrt", lambda ctx, g: g / (2 * ctx.result), ("result",))
-_unary("rsqrt", lambda ctx, g: -0.5 * g * ctx.result.pow(3), ("result",))
-_unary("sin", lambda ctx, g: g * ctx.self.cos(), ("self",))
-_unary("cos", lambda ctx, g: g * -ctx.self.sin(), ("self",))
-_unary("tan", lambda ctx, g: g * (1 + ctx.result.pow(2)), ("result",))
-_unary("asin", lambda ctx, g: g * (1 - ctx.self * ctx.self).rsqrt(), ("self",))
-_unary("acos", lambda ctx, g: g * -(1 - ctx.self * ctx.self).rsqrt(), ("self",))
-_unary("atan", lambda ctx, g: g / (ctx.self * ctx.self + 1), ("self",))
-_unary("sinh", lambda ctx, g: g * ctx.self.cosh(), ("self",))
-_unary("cosh", lambda ctx, g: g * ctx.self.sinh(), ("self",))
-_unary("tanh", lambda ctx, g: g * (1 - ctx.result * ctx.result), ("result",))
-_unary("sigmoid", lambda ctx, g: g * (1 - ctx.result) * ctx.result, ("result",))
+_unary("exp2", lambda ctx, g: g * ctx.result * _LN2, ("result",), tags=H)
+_unary("expm1", lambda ctx, g: g * (ctx.result + 1), ("result",), tags=H)
+_unary("log", lambda ctx, g: g / ctx.self, ("self",), tags=H)
+_unary("log2", lambda ctx, g: g / (ctx.self * _LN2), ("self",), tags=H)
+_unary("log10", lambda ctx, g: g / (ctx.self * _LN10), ("self",), tags=H)
+_unary("log1p", lambda ctx, g: g / (ctx.self + 1), ("self",), tags=H)
+_unary("sqrt", lambda ctx, g: g / (2 * ctx.result), ("result",), tags=H)
+_unary("rsqrt", lambda ctx, g: -0.5 * g * ctx.result.pow(3), ("result",), tags=H)
+_unary("sin", lambda ctx, g: g * ctx.self.cos(), ("self",), tags=H)
+_unary("cos", lambda ctx, g: g * -ctx.self.sin(), ("self",), tags=H)
+_unary("tan", lambda ctx, g: g * (1 + ctx.result.pow(2)), ("result",), tags=H)
+_unary("asin", lambda ctx, g: g * (1 - ctx.self * ctx.self).rsqrt(), ("self",), tags=H)
+_unary("acos", lambda ctx, g: g * -(1 - ctx.self * ctx.self).rsqrt(), ("self",), tags=H)
+_unary("atan", lambda ctx, g: g / (ctx.self * ctx.self + 1), ("self",), tags=H)
+_unary("sinh", lambda ctx, g: g * ctx.self.cosh(), ("self",), tags=H)
+_unary("cosh", lambda ctx, g: g * ctx.self.sinh(), ("self",), tags=H)
+_unary("tanh", lambda ctx, g: g * (1 - ctx.result * ctx.result), ("result",), tags=H)
+_unary("sigmoid", lambda ctx, g: g * (1 - ctx.result) * ctx.result, ("result",), tags=H)
 _unary("erf", lambda ctx, g: _SQRT_PI_2 * (-ctx.self.pow(2)).exp() * g, ("self",))
 _unary("erfc", lambda ctx, g: -_SQRT_PI_2 * (-ctx.self.pow(2)).exp() * g, ("self",))
 _unary("floor", _zero_grad, ())

@@ -46,11 +46,13 @@ import math
 
 import torch
 
+from ._helpers import sgn
 from .registry import OPS, register
 
 __all__ = []
 
 RD = ("reduction",)
+RDH = ("reduction", "holomorphic")   # (registry.py: the complex convention)
 RDS = ("reduction", "sort")    # median, mode: reductions computed by sorting or selection
 ND = ("reduction", "nondifferentiable")
 
@@ -213,7 +215,7 @@ def _prod_bwd(ctx, g):
 
 
 register("prod(Tensor self, int? dim=None, bool keepdim=False, *, ScalarType? dtype=None) -> Tensor", _prod_kernel,
-         backward=_prod_bwd, save=("self",), tags=RD)
+         backward=_prod_bwd, save=("self",), tags=RDH)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -488,7 +490,7 @@ def _norm_p(p, name="norm"):
 
 def _norm_grad(x, g, r, p, dims):
     """Gradient of the vector p-norm ``r`` of ``x`` over ``dims`` (g and r have the dims kept)."""
-    sign = _op("sign")
+    sign = sgn          # (x / |x| for a complex x)
     pw = _op("pow")
     if p == 0:
         return x.new_zeros(x.shape) * g
@@ -518,7 +520,7 @@ def _norm_bwd(ctx, g):
     keepdim = ctx.keepdim
     g = _restore(g, x.dim(), dim, keepdim)
     r = _restore(ctx.result, x.dim(), dim, keepdim)
-    if x.dtype != g.dtype:
+    if x.dtype != g.dtype and not x.is_complex():      # (a complex x has a real norm: keep x complex)
         x = x.to(g.dtype)
     return _norm_grad(x, g, r, p, _rdims(dim, x.dim()))
 
@@ -531,6 +533,7 @@ register("norm(Tensor self, Scalar? p='fro', int[]? dim=None, bool keepdim=False
 # scans: cumsum, cumprod
 # ---------------------------------------------------------------------------------------------
 SC = ("scan",)
+SCH = ("scan", "holomorphic")
 
 
 def _rev_cumsum_kernel(self, dim):
@@ -602,7 +605,7 @@ def _cumprod_bwd(ctx, g):
 
 
 register("cumprod(Tensor self, int dim, *, ScalarType? dtype=None) -> Tensor",
-         backward=_cumprod_bwd, save=("self", "result"), tags=SC)
+         backward=_cumprod_bwd, save=("self", "result"), tags=SCH)
 
 
 def _cummaxmin_bwd(ctx, gv, gi):

@@ -16,7 +16,7 @@ about the op, so that no other part of the system keeps a second list:
               without it the model counts by tags)
 ``tags``      pointwise, reduction, view, inplace, random, factory, linalg, nn, nondeterministic,
               comparison, scan, sort, indexing, dynamic_shape, nondifferentiable, loss, shape, conv,
-              may_copy, collective, extern, per_process (below)
+              may_copy, collective, extern, per_process, holomorphic (below)
 ============  ==============================================================================
 
 A few tags answer a compiler's questions about an op, so that no pass keeps a list of names:
@@ -30,6 +30,12 @@ the process that runs them without communicating (explicit mode's ``dist_block``
 piece); constant folding evaluates neither kind at compile time; ``extern`` the ops with no
 loop-level form in the compiler, which Stax runs as library (ATen) kernels rather than as eager
 fallbacks.
+
+``holomorphic`` marks an op whose formula is written as for real inputs, ``g * f'(z)`` with ``f'``
+built from the inputs without conjugation (exp, matmul, div, ...).  On a complex gradient the table
+applies PyTorch's convention for complex inputs (the conjugate Wirtinger derivative,
+``g * conj(f'(z))``) by running the formula as ``conj(formula(conj(g)))``; a formula that handles
+complex values itself (abs, real, the FFTs) is not tagged.
 
 From the table we generate the free functions (``tp.add``), the ``Tensor`` methods, the Python
 operators (``__add__``/``__radd__``) and the in-place variants (``add_``).
@@ -65,7 +71,7 @@ class DataDependentShapeError(RuntimeError):
 TAGS = frozenset({"pointwise", "reduction", "view", "inplace", "random", "factory", "linalg", "nn",
                   "nondeterministic", "comparison", "scan", "sort", "indexing", "dynamic_shape",
                   "nondifferentiable", "loss", "shape", "conv", "may_copy", "collective", "extern",
-                  "per_process"})
+                  "per_process", "holomorphic"})
 
 
 @dataclass
@@ -241,6 +247,8 @@ def register(schema: str, eager: Callable | str | None = None, *, backward=None,
     unknown = tags - TAGS
     if unknown:
         raise ValueError(f"op {s.name}: unknown tags {sorted(unknown)}")
+    if "holomorphic" in tags and backward is not None:
+        backward = _holomorphic(backward)
     if eager is None:
         eager = torch_adapter(s, getattr(torch, s.name))
     elif isinstance(eager, str):
@@ -277,6 +285,30 @@ def register(schema: str, eager: Callable | str | None = None, *, backward=None,
                  function=False, varargs=varargs, differentiable=differentiable, doc=doc)
         OPS[iname].inplace_of = s.name
     return op
+
+
+def _conj_grads(res):
+    """``conj`` of every complex tensor of a formula's result (a tensor, None, or nested sequences)."""
+    if isinstance(res, (tuple, list)):
+        return type(res)(_conj_grads(r) for r in res)
+    if isinstance(res, Tensor) and res.is_complex():
+        return OPS["conj_physical"].fn(res)
+    return res
+
+
+def _holomorphic(backward):
+    """The formula of a ``holomorphic`` op under PyTorch's complex convention: ``conj(f(conj g))``
+    when a gradient is complex (the formula is linear in ``g``), the formula itself otherwise."""
+    if getattr(backward, "holomorphic", False):     # (the in-place twin shares the wrapped formula)
+        return backward
+
+    def bwd(ctx, *grads):
+        if not any(isinstance(g, Tensor) and g.is_complex() for g in grads):
+            return backward(ctx, *grads)
+        return _conj_grads(backward(ctx, *_conj_grads(grads)))
+    bwd.holomorphic = True
+    bwd.__name__ = getattr(backward, "__name__", "backward")
+    return bwd
 
 
 def _make_function(op: OpDef) -> Callable:

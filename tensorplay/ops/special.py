@@ -37,6 +37,7 @@ from .registry import OPS, _to_meta, register
 __all__ = []
 
 P = ("pointwise",)
+H = ("pointwise", "holomorphic")   # (registry.py: the complex convention)
 ND = ("pointwise", "nondifferentiable")
 _SQRT_2PI = math.sqrt(2.0 * math.pi)
 _SQRT_PI = math.sqrt(math.pi)
@@ -121,12 +122,18 @@ register("special_erfcx(Tensor self) -> Tensor", "torch.special.erfcx",
          method=False, function=False, doc="Scaled complementary error function exp(x^2) erfc(x).")
 
 # ---- inverse hyperbolic functions, sinc ----------------------------------------------------------------
-register("acosh(Tensor self) -> Tensor", backward=lambda ctx, g: g * (ctx.self * ctx.self - 1).rsqrt(),
-         save=("self",), tags=P, inplace=True)
+def _acosh_bwd(ctx, g):
+    x = ctx.self
+    if x.is_complex():    # PyTorch's branch: 1 / (sqrt(z - 1) sqrt(z + 1)), not 1 / sqrt(z^2 - 1)
+        return g * ((x - 1).rsqrt() * (x + 1).rsqrt())
+    return g * (x * x - 1).rsqrt()
+
+
+register("acosh(Tensor self) -> Tensor", backward=_acosh_bwd, save=("self",), tags=H, inplace=True)
 register("asinh(Tensor self) -> Tensor", backward=lambda ctx, g: g * (ctx.self * ctx.self + 1).rsqrt(),
-         save=("self",), tags=P, inplace=True)
+         save=("self",), tags=H, inplace=True)
 register("atanh(Tensor self) -> Tensor", backward=lambda ctx, g: g / (1 - ctx.self * ctx.self), save=("self",),
-         tags=P, inplace=True)
+         tags=H, inplace=True)
 
 
 def _sinc_bwd(ctx, g):
@@ -136,7 +143,7 @@ def _sinc_bwd(ctx, g):
     return g * _where(x == 0, 0.0, d)
 
 
-register("sinc(Tensor self) -> Tensor", backward=_sinc_bwd, save=("self",), tags=P, inplace=True,
+register("sinc(Tensor self) -> Tensor", backward=_sinc_bwd, save=("self",), tags=H, inplace=True,
          doc="sin(pi x) / (pi x), 1 at 0.")
 
 # ---- entropy and the x log y family ---------------------------------------------------------------------
@@ -175,7 +182,7 @@ def _logaddexp_bwd(base_exp):
 
 
 register("logaddexp(Tensor self, Tensor other) -> Tensor", backward=_logaddexp_bwd(lambda d: d.exp()),
-         save=("self", "other"), tags=P, doc="log(exp(x) + exp(y)) without overflow.")
+         save=("self", "other"), tags=H, doc="log(exp(x) + exp(y)) without overflow.")
 register("logaddexp2(Tensor self, Tensor other) -> Tensor", backward=_logaddexp_bwd(lambda d: d.exp2()),
          save=("self", "other"), tags=P, doc="log2(2^x + 2^y) without overflow.")
 

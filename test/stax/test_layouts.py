@@ -140,3 +140,50 @@ def test_batched_matmul_operands_that_merge_are_passed_as_they_are():
     cf, out, ref = _run(lambda a, b: a @ b.transpose(-1, -2).transpose(-1, -2), a, b)
     assert "async_compile.cpp(" not in cf._cache[0].artifact.source
     assert torch.equal(out._data, ref._data)
+
+
+# ---- extern results in the kernels' layout (runtime.as_layout) -----------------------------------------
+def _expanded_alias(a):
+    # einsum with an identity equation returns its operand: an expanded view with a storage offset
+    return tp.einsum("ij->ij", a[1:, 2:3].expand(4, 5))
+
+
+@pytest.mark.parametrize("offset", [0, 7])
+@pytest.mark.parametrize("f", [lambda a: _expanded_alias(a) * 2, _expanded_alias,
+                               lambda a: _expanded_alias(a).t().sum(0) + _expanded_alias(a)[:, 0]])
+def test_extern_returning_an_expanded_view_with_offset(f, offset):
+    """An extern kernel whose ATen result aliases its input (stride 0, a storage offset): the
+    runtime's layout copy used to write into an overlapping layout and fail."""
+    g = torch.Generator().manual_seed(offset)
+    x = tp.from_torch(torch.randn(40, generator=g)[offset:offset + 30].view(5, 6))
+    cf, out, ref = _run(f, x)
+    assert cf.counters["captures"] == 1
+    torch.testing.assert_close(out._data, ref._data)
+
+
+_LAYOUTS = [((4, 5), (5, 1), 0), ((4, 5), (1, 4), 0), ((4, 5), (0, 1), 3), ((4, 5), (1, 0), 2),
+            ((2, 3, 4), (0, 4, 1), 5), ((3, 3), (1, 1), 0), ((3, 4), (2, 1), 1), ((0, 3), (3, 1), 0),
+            ((2, 1, 3), (3, 7, 1), 0)]
+
+
+@pytest.mark.parametrize("size, stride, offset", _LAYOUTS)
+@pytest.mark.parametrize("src", ["contiguous", "transposed", "offset_view"])
+def test_as_layout_copies_into_any_strides_and_offset(size, stride, offset, src):
+    """The copy writes each memory location of the target layout once; its values read back through
+    (size, stride) from the result's data_ptr equal the source's (a source whose values disagree
+    between aliased positions cannot be meant: here the source is made of the target's values)."""
+    from tensorplay.compiler.backends.stax.runtime import as_layout
+    g = torch.Generator().manual_seed(len(size) + offset)
+    extent = offset + 1 + sum((n - 1) * s for n, s in zip(size, stride)) if all(size) else offset + 1
+    want = torch.randn(extent, generator=g, dtype=torch.float64).as_strided(size, stride, offset)
+    if src == "contiguous":
+        t = want.contiguous()
+    elif src == "transposed":
+        t = want.transpose(0, -1).contiguous().transpose(0, -1)
+    else:
+        t = torch.zeros(7 + want.numel(), dtype=torch.float64)[7:].view(size).copy_(want)
+    out = as_layout(t, size, stride, offset)
+    assert tuple(out.shape) == size and tuple(out.stride()) == stride
+    assert torch.equal(out, want)
+    if tuple(t.stride()) == stride:
+        assert out is t        # the right strides at any storage offset: used as it is

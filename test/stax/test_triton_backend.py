@@ -30,6 +30,8 @@ import tensorplay.nn.functional as F  # noqa: E402
 from test_stax_ops import *  # noqa: E402,F401,F403  (the op tests, re-run through Triton)
 from test_stax_ops import _kernels, kernel_names, rnd, run_native  # noqa: E402
 from test_random_programs import test_random_programs  # noqa: E402,F401  (200 programs, CI batches)
+from test_stax_activations import (test_activation_compiles_native_and_matches_eager,  # noqa: E402,F401
+                                   test_activation_training_region_is_native_and_grad_matches_torch)
 
 _INTERPRETED = bool(triton.knobs.runtime.interpret)
 HAS_GPU = torch.cuda.is_available()

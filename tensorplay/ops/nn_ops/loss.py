@@ -7,7 +7,7 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as TF
 
-from .._helpers import sum_to
+from .._helpers import sgn, sum_to
 from ...autograd import grad_mode as _gm
 from ..registry import OPS, register
 from ._common import LOSS, _bcast_channel, _reduction_enum, aten
@@ -59,8 +59,8 @@ register("mse_loss(Tensor self, Tensor target, str reduction='mean') -> Tensor",
          backward=_pointwise_loss_bwd(lambda d: 2 * d), save=("self", "target"), tags=LOSS, method=False,
          doc="(self - target)^2, reduced.")
 register("l1_loss(Tensor self, Tensor target, str reduction='mean') -> Tensor", _l1_kernel,
-         backward=_pointwise_loss_bwd(lambda d: d.sign()), save=("self", "target"), tags=LOSS, method=False,
-         doc="|self - target|, reduced (gradient sign(self - target), 0 at ties).")
+         backward=_pointwise_loss_bwd(sgn), save=("self", "target"), tags=LOSS, method=False,
+         doc="|self - target|, reduced (gradient sign(self - target), 0 at ties; complex: sgn).")
 
 
 def _smooth_l1_kernel(self, target, reduction, beta):

@@ -345,8 +345,11 @@ def _dense(size, stride) -> bool:
 
 
 def _layout_of_meta(v, device) -> FixedLayout:
+    """The layout of an extern/fallback result: the meta value's size and strides, offset 0 -- the
+    kernels address the result from its own data_ptr (runtime.as_layout), wherever in its storage
+    it starts (a meta alias of an input has the input's offset, which is no offset of the result)."""
     dev = v.device if v.device.type != "meta" else device
-    return FixedLayout(v.dtype, dev, tuple(v.shape), tuple(v.stride()), v.storage_offset())
+    return FixedLayout(v.dtype, dev, tuple(v.shape), tuple(v.stride()), 0)
 
 
 class SymbolicValue:

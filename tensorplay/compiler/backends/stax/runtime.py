@@ -87,11 +87,25 @@ def reinterpret(t, size, stride, offset):
 
 
 def as_layout(t, size, stride, offset):
-    """An extern/fallback result in the layout the kernels were generated for (copy if ATen
-    chose another layout)."""
-    if tuple(t.shape) == tuple(size) and tuple(t.stride()) == tuple(stride) and t.storage_offset() == offset:
+    """An extern/fallback result in the layout the kernels were generated for (size, stride): the
+    kernels address it from its data_ptr, so a result with that size and those strides is used as
+    it is, at any storage offset (an alias of an input, a slice of one).  Any other result is
+    copied into a new allocation with the layout (``offset`` elements before its first element):
+    strides of any order, zero strides included -- a dim of stride 0 is written once, as all its
+    positions are one memory location -- and overlapping ones (an element per memory location
+    is written, from the result's values there)."""
+    if tuple(t.shape) == tuple(size) and tuple(t.stride()) == tuple(stride):
         return t
     extent = offset + 1 + sum((s - 1) * st for s, st in zip(size, stride)) if all(size) else offset + 1
     out = torch.empty(extent, dtype=t.dtype, device=t.device).as_strided(size, stride, offset)
-    out.copy_(t)
+    dst, src = out, t
+    for d, (n, st) in enumerate(zip(size, stride)):
+        if st == 0 and n > 1:
+            dst, src = dst.narrow(d, 0, 1), src.narrow(d, 0, 1)
+    if torch._debug_has_internal_overlap(dst) == 0:     # (0: no two elements share a location)
+        dst.copy_(src)
+    else:
+        # overlapping strides: scatter the values through the storage index of each element
+        where = torch.arange(extent, device=t.device).as_strided(size, stride, offset)
+        out.as_strided((extent,), (1,), 0).index_copy_(0, where.reshape(-1), t.reshape(-1).to(out.dtype))
     return out

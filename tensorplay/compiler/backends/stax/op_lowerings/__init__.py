@@ -26,7 +26,8 @@ The rules live in one module per family of the op table (``tensorplay/ops/``), r
   random_rules.py     rand, randn, randint, bernoulli, dropout, the in-place fills: Pointwise values
                       of a counter-based Philox stream, fused into their consumers like any other
   reduction_rules.py  the ``reduction`` helpers; sum ... norm, mean, var/std (Welford), logsumexp
-  view_rules.py       views, copying shape ops, integer-tensor indexing (embedding included)
+  view_rules.py       views, copying shape ops (pixel_shuffle and glu too), integer-tensor indexing
+                      (embedding included)
   nn_rules.py         softmax, the normalisations, pooling and nearest upsampling, losses
   special_rules.py    the special functions the ``ops`` interface can write (xlogy, logaddexp, sinc...)
   extern_rules.py     the ops Stax calls ATen for (matrix products, convolutions, sorts, scans, ...)

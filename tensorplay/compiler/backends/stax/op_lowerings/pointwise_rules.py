@@ -20,6 +20,7 @@ import math
 import sympy
 import torch
 
+from .....ops.nn_ops.activation_extra import _SELU_ALPHA, _SELU_SCALE
 from .....ops.registry import OPS
 from ..ir import Pointwise, TensorBox, Unsupported
 from ..ops_handler import BINARY, COMPARE, UNARY, ops
@@ -218,18 +219,10 @@ def _clamp_compute(x, lo, hi):
 register_lowering("clamp", "clip")(pointwise(_clamp_compute))
 
 
-@register_lowering("clamp_min")
-def _clamp_min(a, mn):
-    if isinstance(mn, TensorBox):
-        return pointwise(lambda x, y: ops.maximum(x, y))(a, mn)
-    return pointwise(lambda x, lo: ops.maximum(x, _c(lo)))(a, mn)
-
-
-@register_lowering("clamp_max")
-def _clamp_max(a, mx):
-    if isinstance(mx, TensorBox):
-        return pointwise(lambda x, y: ops.minimum(x, y))(a, mx)
-    return pointwise(lambda x, hi: ops.minimum(x, _c(hi)))(a, mx)
+# clamp_min/clamp_max: a Python-number bound is a tensor argument of the schema, so ``pointwise``
+# already gives it as a constant of the compute dtype (like a tensor bound's loaded value)
+register_lowering("clamp_min")(pointwise(lambda x, lo: ops.maximum(x, lo)))
+register_lowering("clamp_max")(pointwise(lambda x, hi: ops.minimum(x, hi)))
 
 
 @register_lowering("hardtanh")
@@ -271,6 +264,40 @@ def _elu(a, alpha=1.0, scale=1.0, input_scale=1.0):
         neg = ops.mul(_c(al), ops.expm1(ops.mul(x, _c(isc))))
         return ops.mul(_c(sc), ops.where(ops.gt(x, _c(0)), x, neg))
     return pointwise(f)(a, alpha, scale, input_scale)
+
+
+@register_lowering("selu")
+def _selu(a):
+    return _elu(a, _SELU_ALPHA, _SELU_SCALE, 1.0)
+
+
+@register_lowering("celu")
+def _celu(a, alpha=1.0):
+    if alpha == 0:
+        raise Unsupported("celu with alpha 0 (eager raises)")
+    return _elu(a, alpha, 1.0, 1.0 / alpha)      # ATen's celu is this elu
+
+
+# threshold and the shrinks compare the way ATen's kernels do, so a NaN input stays NaN
+@register_lowering("threshold")
+def _threshold(a, threshold, value):
+    return pointwise(lambda x, t, v: ops.where(ops.le(x, _c(t)), _c(v), x))(a, threshold, value)
+
+
+@register_lowering("hardshrink")
+def _hardshrink(a, lambd=0.5):
+    def f(x, lam):
+        band = ops.logical_and(ops.ge(x, _c(-lam)), ops.le(x, _c(lam)))
+        return ops.where(band, _c(0), x)
+    return pointwise(f)(a, lambd)
+
+
+@register_lowering("softshrink")
+def _softshrink(a, lambd=0.5):
+    def f(x, lam):   # ATen: x - l if x > l, x + l if x < -l, else x * 0 (NaN and the sign of zero kept)
+        inner = ops.where(ops.lt(x, _c(-lam)), ops.add(x, _c(lam)), ops.mul(x, _c(0)))
+        return ops.where(ops.gt(x, _c(lam)), ops.sub(x, _c(lam)), inner)
+    return pointwise(f)(a, lambd)
 
 
 @register_lowering("lerp")

@@ -470,6 +470,48 @@ def _roll(x, shifts, dims=None):
     return _box(out, ld, x.device)
 
 
+# pixel_shuffle / pixel_unshuffle: permutations of the elements, floor/Mod index maps
+# (out[..., c, h*r + i, w*r + j] = in[..., c*r*r + i*r + j, h, w])
+@register_lowering("pixel_shuffle")
+def _pixel_shuffle(x, upscale_factor):
+    r = int(upscale_factor)
+    ld = x.make_loader()
+
+    def f(idx):
+        *lead, c, h, w = idx
+        return ld(list(lead) + [c * r * r + sympy.Mod(h, r) * r + sympy.Mod(w, r),
+                                sympy.floor(h / r), sympy.floor(w / r)])
+    return _box(_out_val(), f, x.device)
+
+
+@register_lowering("pixel_unshuffle")
+def _pixel_unshuffle(x, downscale_factor):
+    r = int(downscale_factor)
+    ld = x.make_loader()
+
+    def f(idx):
+        *lead, c, h, w = idx
+        k = sympy.Mod(c, r * r)
+        return ld(list(lead) + [sympy.floor(c / (r * r)), h * r + sympy.floor(k / r), w * r + sympy.Mod(k, r)])
+    return _box(_out_val(), f, x.device)
+
+
+@register_lowering("glu")
+def _glu(x, dim=-1):
+    """a * sigmoid(b), a and b the halves of ``x`` along ``dim``: two loads of ``x``, no copy."""
+    out = _out_val()
+    size = x.get_size()
+    d = dim % len(size)
+    half = out.shape[d]
+    ld = x.make_loader()
+
+    def f(idx):
+        a, b = ld(list(idx)), ld(_at(idx, d, idx[d] + half))
+        a, b = _conv(a, x.dtype, out.dtype), _conv(b, x.dtype, out.dtype)
+        return ops.mul(a, ops.sigmoid(b))
+    return _box(out, f, x.device)
+
+
 def _tiled(x, reps, out):
     size = x.get_size()
     lead = len(reps) - len(size)

@@ -56,23 +56,36 @@ register(f"_logspace(Scalar start, Scalar end, int steps, float base=10.0, {_KW}
                                                                        device=device), tags=F, method=False)
 register(f"_eye(int n, int? m=None, {_KW}) -> Tensor",
          lambda n, m, dtype, device: torch.eye(n, n if m is None else m, dtype=dtype, device=device), tags=F, method=False)
-register(f"_rand(int[] size, {_RKW}) -> Tensor",
-         lambda size, generator, dtype, device: torch.rand(size, generator=generator, dtype=dtype, device=device),
-         tags=R, method=False)
-register(f"_randn(int[] size, {_RKW}) -> Tensor",
-         lambda size, generator, dtype, device: torch.randn(size, generator=generator, dtype=dtype, device=device),
-         tags=R, method=False)
+
+
+def _random_factory(fn, shape, default_dtype=None):
+    """Kernel and meta of a random factory: ``fn``'s leading arguments, then generator, dtype,
+    device.  The kernel passes ``generator=`` only when one is given (ATen's generator overloads
+    take no symbolic sizes, and dynamic=True captures run kernels on them); the meta (``shape`` of
+    the leading arguments, no draw: a generator's state is left alone) is an empty tensor."""
+    def kernel(*args):
+        *lead, generator, dtype, device = args
+        kw = {} if generator is None else {"generator": generator}
+        return fn(*lead, **kw, dtype=dtype or default_dtype, device=device)
+
+    def meta(*args):
+        *lead, _, dtype, device = args
+        return torch.empty(shape(*lead), dtype=dtype or default_dtype, device=device)
+    return {"eager": kernel, "meta": meta}
+
+
+def _size_last(*lead):
+    return lead[-1]
+
+
+register(f"_rand(int[] size, {_RKW}) -> Tensor", **_random_factory(torch.rand, _size_last), tags=R, method=False)
+register(f"_randn(int[] size, {_RKW}) -> Tensor", **_random_factory(torch.randn, _size_last), tags=R, method=False)
 register(f"_randint(int low, int high, int[] size, {_RKW}) -> Tensor",
-         lambda low, high, size, generator, dtype, device: torch.randint(low, high, size, generator=generator,
-                                                                         dtype=dtype or torch.int64, device=device),
+         **_random_factory(torch.randint, _size_last, torch.int64), tags=R, method=False)
+register(f"_randperm(int n, {_RKW}) -> Tensor", **_random_factory(torch.randperm, lambda n: (n,), torch.int64),
          tags=R, method=False)
-register(f"_randperm(int n, {_RKW}) -> Tensor",
-         lambda n, generator, dtype, device: torch.randperm(n, generator=generator, dtype=dtype or torch.int64,
-                                                            device=device), tags=R, method=False)
 register(f"_normal(float mean, float std, int[] size, {_RKW}) -> Tensor",
-         lambda mean, std, size, generator, dtype, device: torch.normal(mean, std, size, generator=generator,
-                                                                        dtype=dtype, device=device),
-         tags=R, method=False)
+         **_random_factory(torch.normal, _size_last), tags=R, method=False)
 # The seed of a compiled graph's random streams: Stax draws one per call of a graph with random
 # ops (its kernels compute Philox of (seed, op, element); docs/stax.md "Random numbers").  From the
 # global generator, so that ``manual_seed`` makes compiled random ops repeatable.
@@ -294,7 +307,8 @@ class Generator(torch.Generator, metaclass=_GeneratorMeta):
     function hands it to ATen's kernel as it is and draws the numbers PyTorch draws from a
     ``torch.Generator`` seeded the same way.  ``manual_seed`` (returns the generator), ``seed``,
     ``initial_seed``, ``device`` and ``get_offset``/``set_offset`` are torch's; ``get_state`` returns
-    a tp uint8 tensor and ``set_state`` takes a tp or a torch tensor.  ``isinstance(g, tp.Generator)``
+    a tp uint8 tensor and ``set_state`` takes a tp or a torch tensor; a pickled or deep-copied
+    generator is a ``tp.Generator`` in the same state.  ``isinstance(g, tp.Generator)``
     holds for any ``torch.Generator`` (``tp.default_generator`` included), as PyTorch programs
     expect."""
 
@@ -304,6 +318,10 @@ class Generator(torch.Generator, metaclass=_GeneratorMeta):
     def set_state(self, new_state):
         super().set_state(new_state._data if isinstance(new_state, Tensor) else new_state)
         return self
+
+    def __reduce__(self):   # torch's, rebuilding this class (pickle, copy.deepcopy)
+        _, args, state = super().__reduce__()
+        return type(self), args, state
 
     def __repr__(self):
         return f"<tensorplay.Generator device={self.device} initial_seed={self.initial_seed()}>"

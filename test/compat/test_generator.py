@@ -306,3 +306,33 @@ def test_normal_gradient_is_zero_and_meta_matches():
     assert meta.shape == (4, 3) and meta.dtype == torch.float64
     with pytest.raises(TypeError, match=r"tp\.normal: a number mean and std need a size"):
         tp.normal(0.0, 1.0)
+
+
+def test_pickle_and_deepcopy_keep_type_and_state():
+    import copy
+    import pickle
+    g = tp.Generator().manual_seed(31)
+    tp.rand(7, generator=g)
+    for h in (copy.deepcopy(g), pickle.loads(pickle.dumps(g))):
+        assert type(h) is tp.Generator and h.initial_seed() == 31
+        _eq(tp.rand(3, generator=h), torch.rand(3, generator=copy.deepcopy(g)))
+
+
+def test_compiled_with_symbolic_sizes_draws_from_the_generator():
+    """dynamic=True: the capture's symbolic run takes the factories' meta (no draw), and the
+    compiled program's eager kernels draw from the generator at each call's sizes."""
+    def f(x, g):
+        return x * tp.rand(x.shape, generator=g) + tp.randint(0, 3, x.shape, generator=g) \
+            + tp.randperm(x.shape[0], generator=g)
+
+    cf = tp.compile(f, dynamic=True)
+    g, t = _pair(12)
+    for n in (3, 4, 5, 6):
+        x = tp.randn(n)
+        ref = x._data * torch.rand(n, generator=t) + torch.randint(0, 3, (n,), generator=t) + torch.randperm(n, generator=t)
+        _eq(cf(x, g), ref)
+    assert cf._counters["captures"] == 1
+    # without a generator the symbolic capture works as before
+    cg = tp.compile(lambda x: x * tp.rand(x.shape), dynamic=True)
+    for n in (3, 4, 5):
+        assert cg(tp.ones(n)).shape == (n,)

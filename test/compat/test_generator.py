@@ -336,3 +336,23 @@ def test_compiled_with_symbolic_sizes_draws_from_the_generator():
     cg = tp.compile(lambda x: x * tp.rand(x.shape), dynamic=True)
     for n in (3, 4, 5):
         assert cg(tp.ones(n)).shape == (n,)
+
+
+def test_tp_random_namespace():
+    """``torch.random``'s names: the global generator's seed and state, and fork_rng."""
+    torch.manual_seed(8)
+    ref = torch.rand(4)
+    assert tp.random.manual_seed(8) == 8 and tp.random.initial_seed() == 8
+    state = tp.random.get_rng_state()
+    assert isinstance(state, tp.Tensor)
+    g = tp.random.Generator().manual_seed(8)
+    with tp.random.fork_rng():
+        tp.rand(10)                          # restored when the block ends
+        tp.rand(2, generator=g)
+    _eq(tp.rand(4), ref)
+    tp.random.set_rng_state(state)
+    _eq(tp.rand(4), ref)
+    t = torch.Generator().manual_seed(8)
+    torch.rand(2, generator=t)
+    _eq(tp.rand(3, generator=g), torch.rand(3, generator=t))   # g's draw inside the block stands
+    assert tp.random.default_generator is tp.default_generator

@@ -340,8 +340,9 @@ def _generator(g, who):
 
 
 def manual_seed(seed: int):
-    torch.manual_seed(seed)
-    return seed
+    """Seed the global generator (and the accelerators'); returns ``tp.default_generator``, as
+    ``torch.manual_seed`` returns ``torch.default_generator``."""
+    return torch.manual_seed(seed)
 
 
 def seed():

@@ -342,7 +342,7 @@ def test_tp_random_namespace():
     """``torch.random``'s names: the global generator's seed and state, and fork_rng."""
     torch.manual_seed(8)
     ref = torch.rand(4)
-    assert tp.random.manual_seed(8) == 8 and tp.random.initial_seed() == 8
+    assert tp.random.manual_seed(8) is tp.default_generator and tp.random.initial_seed() == 8
     state = tp.random.get_rng_state()
     assert isinstance(state, tp.Tensor)
     g = tp.random.Generator().manual_seed(8)

@@ -302,15 +302,15 @@ class _GeneratorMeta(type(torch.Generator)):
 
 
 class Generator(torch.Generator, metaclass=_GeneratorMeta):
-    """``tp.Generator(device='cpu')``: a random-number generator of its own, independent of the global one and of other
-    generators: ``torch.Generator``'s subclass, so every random op and ``nn.init`` / data-loading
-    function hands it to ATen's kernel as it is and draws the numbers PyTorch draws from a
-    ``torch.Generator`` seeded the same way.  ``manual_seed`` (returns the generator), ``seed``,
-    ``initial_seed``, ``device`` and ``get_offset``/``set_offset`` are torch's; ``get_state`` returns
-    a tp uint8 tensor and ``set_state`` takes a tp or a torch tensor; a pickled or deep-copied
-    generator is a ``tp.Generator`` in the same state.  ``isinstance(g, tp.Generator)``
-    holds for any ``torch.Generator`` (``tp.default_generator`` included), as PyTorch programs
-    expect."""
+    """``tp.Generator(device='cpu')``: a random-number generator of its own, independent of the
+    global one and of other generators.  It is ``torch.Generator``'s subclass, so every random op
+    and ``nn.init`` / data-loading function hands it to ATen's kernel as it is and draws the numbers
+    PyTorch draws from a ``torch.Generator`` seeded the same way.  ``manual_seed`` (returns the
+    generator), ``seed``, ``initial_seed``, ``device`` and ``get_offset``/``set_offset`` are torch's;
+    ``get_state`` returns a tp uint8 tensor and ``set_state`` takes a tp or a torch tensor; a pickled
+    or deep-copied generator is a ``tp.Generator`` in the same state.  ``isinstance(g,
+    tp.Generator)`` holds for any ``torch.Generator`` (``tp.default_generator`` included), as
+    PyTorch programs expect."""
 
     def get_state(self):
         return _wrap(super().get_state())
@@ -328,7 +328,9 @@ class Generator(torch.Generator, metaclass=_GeneratorMeta):
 
 
 #: The global generator: ``tp.manual_seed`` seeds it and random ops without ``generator=`` draw
-#: from it (it is ``torch.default_generator``: ATen's global CPU generator).
+#: from it.  It is ``torch.default_generator`` itself (ATen's global CPU generator, which no
+#: subclass instance can stand for), so its ``get_state`` returns a torch uint8 tensor
+#: (``tp.get_rng_state()`` returns the same state as a tp tensor).
 default_generator = torch.default_generator
 
 

@@ -255,6 +255,12 @@ def _bernoulli__kernel(self, p, generator):
     return self.bernoulli_(p, generator=generator)
 
 
+def _fill_meta(self, *args):
+    """An in-place fill's meta: its input's layout (no draw; the generator, perhaps a CPU
+    generator next to meta tensors, is not consulted)."""
+    return _to_meta(self)
+
+
 def _random__kernel(self, from_, to, generator):
     if from_ is None and to is None:
         return self.random_(generator=generator)
@@ -263,25 +269,24 @@ def _random__kernel(self, from_, to, generator):
     return self.random_(from_, to, generator=generator)
 
 
-register("bernoulli_(Tensor(a!) self, Tensor p=0.5, *, Generator? generator=None) -> Tensor(a!)",
-         _bernoulli__kernel, tags=RI, function=False)
-register("uniform_(Tensor(a!) self, float from_=0, float to=1, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, from_, to, generator: self.uniform_(from_, to, generator=generator), tags=RI, function=False)
-register("normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, mean, std, generator: self.normal_(mean, std, generator=generator), tags=RI, function=False)
-register("exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, lambd, generator: self.exponential_(lambd, generator=generator), tags=RI, function=False)
-register("random_(Tensor(a!) self, int? from_=None, int? to=None, *, Generator? generator=None) -> Tensor(a!)",
-         _random__kernel, tags=RI, function=False)
-register("cauchy_(Tensor(a!) self, float median=0, float sigma=1, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, median, sigma, generator: self.cauchy_(median, sigma, generator=generator), tags=RI,
-         function=False)
-register("log_normal_(Tensor(a!) self, float mean=1, float std=2, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, mean, std, generator: self.log_normal_(mean, std, generator=generator), tags=RI,
-         function=False)
-register("geometric_(Tensor(a!) self, float p, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, p, generator: self.geometric_(p, generator=generator), tags=RI, function=False)
+def _fill(schema, kernel):
+    register(schema, kernel, meta=_fill_meta, tags=RI, function=False)
 
+
+_G = "*, Generator? generator=None) -> Tensor(a!)"
+_fill(f"bernoulli_(Tensor(a!) self, Tensor p=0.5, {_G}", _bernoulli__kernel)
+_fill(f"uniform_(Tensor(a!) self, float from_=0, float to=1, {_G}",
+      lambda self, from_, to, generator: self.uniform_(from_, to, generator=generator))
+_fill(f"normal_(Tensor(a!) self, float mean=0, float std=1, {_G}",
+      lambda self, mean, std, generator: self.normal_(mean, std, generator=generator))
+_fill(f"exponential_(Tensor(a!) self, float lambd=1, {_G}",
+      lambda self, lambd, generator: self.exponential_(lambd, generator=generator))
+_fill(f"random_(Tensor(a!) self, int? from_=None, int? to=None, {_G}", _random__kernel)
+_fill(f"cauchy_(Tensor(a!) self, float median=0, float sigma=1, {_G}",
+      lambda self, median, sigma, generator: self.cauchy_(median, sigma, generator=generator))
+_fill(f"log_normal_(Tensor(a!) self, float mean=1, float std=2, {_G}",
+      lambda self, mean, std, generator: self.log_normal_(mean, std, generator=generator))
+_fill(f"geometric_(Tensor(a!) self, float p, {_G}", lambda self, p, generator: self.geometric_(p, generator=generator))
 
 EXTRA_FUNCTIONS = {"unique": unique, "unique_consecutive": unique_consecutive}
 EXTRA_METHODS = {"unique": unique, "unique_consecutive": unique_consecutive}

@@ -251,6 +251,7 @@ def _compiled_fn(x, g):
             + tp.bernoulli(tp.full((3,), 0.5), 0.5, generator=g))
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_compiled_draws_from_the_given_generator():
     cf = tp.compile(_compiled_fn)
     g, t = _pair(17)
@@ -271,6 +272,7 @@ def test_compiled_draws_from_the_given_generator():
     _eq(tp.rand(2), ref)
 
 
+@pytest.mark.filterwarnings("error::RuntimeWarning")
 def test_compiled_closure_generator_and_unread_draws():
     """A generator from a closure, and a draw nobody reads: kept (the generator advances as in
     eager), and two equal draws are two draws."""
@@ -329,7 +331,8 @@ def test_compiled_with_symbolic_sizes_draws_from_the_generator():
     g, t = _pair(12)
     for n in (3, 4, 5, 6):
         x = tp.randn(n)
-        ref = x._data * torch.rand(n, generator=t) + torch.randint(0, 3, (n,), generator=t) + torch.randperm(n, generator=t)
+        ref = (x._data * torch.rand(n, generator=t) + torch.randint(0, 3, (n,), generator=t)
+               + torch.randperm(n, generator=t))
         _eq(cf(x, g), ref)
     assert cf._counters["captures"] == 1
     # without a generator the symbolic capture works as before
@@ -356,3 +359,24 @@ def test_tp_random_namespace():
     torch.rand(2, generator=t)
     _eq(tp.rand(3, generator=g), torch.rand(3, generator=t))   # g's draw inside the block stands
     assert tp.random.default_generator is tp.default_generator
+
+
+@pytest.mark.filterwarnings("error::RuntimeWarning")     # the backend compiles it (no whole-graph fallback)
+@pytest.mark.parametrize("backend", ["stax", "eager"])
+def test_compiled_fills_without_lowering_draw_from_the_generator(backend):
+    """cauchy_ / geometric_ / log_normal_ / poisson have no Stax rule: eager's kernel (a fallback
+    kernel, or the eager backend's raw path) draws from the generator the program names; their
+    metas do not consult the generator."""
+    def f(x, g):
+        return (x + tp.empty(4).cauchy_(generator=g) + tp.empty(4).geometric_(0.3, generator=g)
+                + tp.empty(4).log_normal_(generator=g) + tp.rand(4, generator=g)
+                + tp.poisson(x.abs(), generator=g))
+
+    cf = tp.compile(f, backend=backend)
+    g, t = _pair(3)
+    x = tp.randn(4)
+    for _ in range(3):
+        ref = (x._data + torch.empty(4).cauchy_(generator=t) + torch.empty(4).geometric_(0.3, generator=t)
+               + torch.empty(4).log_normal_(generator=t) + torch.rand(4, generator=t)
+               + torch.poisson(x._data.abs(), generator=t))
+        _eq(cf(x, g), ref)

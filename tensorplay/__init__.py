@@ -76,7 +76,7 @@ def get_num_threads() -> "int":
 __version__ = "0.1.0"
 
 # nn / optim / data / checkpoints (imported last: they build on everything above)
-from . import nn, optim, profiler, utils, special, distributions  # noqa: E402
+from . import nn, optim, profiler, utils, special, distributions, random  # noqa: E402
 from .serialization import load, save  # noqa: E402
 from . import fft, linalg  # noqa: E402
 from . import backends, onnx  # noqa: E402,F401  (torch.backends flags; the onnx name programs import)

@@ -155,3 +155,26 @@ def test_cuda_device_roundtrip():
     (y * y).sum().backward()
     assert x.grad.device.type == "cpu"
     assert_close(x.grad, 2 * x.detach())
+
+
+def test_torch_tensor_arguments_of_tp_ops():
+    """A torch tensor handed to a tp op (torchvision's transforms make them) is taken as
+    tp.from_torch takes it: views of it work (flatten, view, transpose), an in-place op writes it
+    and returns a tp.Tensor over the same memory, and a compiled function may read one."""
+    x = torch.randn(1, 4, 3)
+    f = tp.flatten(x)
+    assert isinstance(f, tp.Tensor) and torch.equal(f._data, torch.flatten(x))
+    v = tp.ops.OPS["transpose"].fn(x, 1, 2)
+    assert torch.equal(v._data, x.transpose(1, 2)) and v._data.data_ptr() == x.data_ptr()
+    y = x.clone()
+    r = tp.ops.OPS["mul_"].fn(y, 2.0)
+    assert isinstance(r, tp.Tensor) and r._data is y and torch.equal(y, x * 2)
+    w = tp.randn(3, 2)
+    assert torch.allclose(tp.matmul(tp.flatten(x, 0, 1), w)._data, x.reshape(4, 3) @ w._data)
+
+    def g(a):
+        return tp.flatten(a) * 2 + tp.flatten(x)[:6]     # x: a torch tensor from the closure
+    cg = tp.compile(g)
+    a = tp.randn(2, 3)
+    for _ in range(2):
+        assert torch.allclose(cg(a)._data, a._data.flatten() * 2 + x.flatten()[:6])

@@ -11,11 +11,17 @@ Fan computation (``_calculate_fan_in_and_fan_out``): for a weight of shape
 * ``xavier_uniform_``: U(-a, a), ``a = gain * sqrt(6 / (fan_in + fan_out))`` (Glorot & Bengio 2010);
 * ``kaiming_uniform_``: U(-b, b), ``b = gain * sqrt(3 / fan)`` with ``gain = calculate_gain(nonlinearity, a)``
   (He et al. 2015), ``fan`` = ``fan_in`` (mode ``'fan_in'``) or ``fan_out``;
-* ``trunc_normal_``: N(mean, std) restricted to [a, b], drawn by the inverse-CDF method.
+* ``trunc_normal_``: N(mean, std) restricted to [a, b], drawn by rejection as PyTorch does;
+* ``sparse_``: N(0, std), then ``ceil(sparsity * rows)`` entries of each column set to zero.
+
+The random initialisers take ``generator=`` (a ``tp.Generator`` or ``torch.Generator``) and then draw
+from it as PyTorch's do; ``sparse_`` picks its zeros from the global generator even then, as
+PyTorch's does.
 """
 from __future__ import annotations
 
 import math
+import warnings
 
 import torch
 
@@ -24,7 +30,7 @@ from ..autograd.grad_mode import no_grad
 
 __all__ = ["calculate_gain", "uniform_", "normal_", "trunc_normal_", "constant_", "ones_", "zeros_", "eye_",
            "dirac_", "xavier_uniform_", "xavier_normal_", "kaiming_uniform_", "kaiming_normal_", "orthogonal_",
-           "_calculate_fan_in_and_fan_out"]
+           "sparse_", "_calculate_fan_in_and_fan_out"]
 
 
 def _storage(t) -> torch.Tensor:
@@ -90,20 +96,51 @@ def normal_(tensor, mean: float = 0.0, std: float = 1.0, generator=None):
 
 
 def trunc_normal_(tensor, mean: float = 0.0, std: float = 1.0, a: float = -2.0, b: float = 2.0, generator=None):
-    """N(mean, std²) conditioned on [a, b]: draw u ~ U(Φ(α), Φ(β)) and return mean + std·Φ⁻¹(u),
-    where α, β are the bounds in standard units and Φ⁻¹(u) = √2·erfinv(2u − 1)."""
+    """N(mean, std²) conditioned on [a, b], by rejection as PyTorch draws it (same calls, same
+    order, so the same numbers under the same seed): when the interval holds more than 30% of the
+    mass, N(mean, std) draws redrawn where they fall outside [a, b]; otherwise U(a, b) candidates
+    accepted with probability pdf(x) / pdf(mode) (log u < log pdf ratio), the rejected ones redrawn."""
     d = _storage(tensor)
+    if d.is_meta:
+        return tensor
 
     def phi(x):
         return (1.0 + math.erf(x / math.sqrt(2.0))) / 2.0
 
-    lo, hi = phi((a - mean) / std), phi((b - mean) / std)
+    if mean < a - 2 * std or mean > b + 2 * std:
+        warnings.warn("mean is more than 2 std from [a, b] in nn.init.trunc_normal_. "
+                      "The distribution of values may be incorrect.", stacklevel=2)
     with no_grad():
-        d.uniform_(2 * lo - 1, 2 * hi - 1, generator=generator)
-        d.erfinv_()
-        d.mul_(std * math.sqrt(2.0))
-        d.add_(mean)
-        d.clamp_(min=a, max=b)
+        if phi((b - mean) / std) - phi((a - mean) / std) > 0.3:
+            lo, hi = d.new_tensor(a, device="cpu").item(), d.new_tensor(b, device="cpu").item()
+            result = d.normal_(mean, std, generator=generator)
+            while True:
+                mask = (result < lo) | (result > hi)
+                if not mask.any():
+                    break
+                result = torch.where(mask, torch.empty_like(result).normal_(mean, std, generator=generator), result)
+            if d is not result:
+                d.copy_(result)
+            return tensor
+        log_peak = -0.5 * ((max(a, min(mean, b)) - mean) / std) ** 2
+        cand, accept = torch.empty_like(d), torch.empty_like(d)
+
+        def pending_of(x):   # still to draw: log u > log(pdf(x) / pdf(mode))
+            x.sub_(mean).div_(std).pow_(2).mul_(-0.5).sub_(log_peak)
+            return accept.uniform_(generator=generator).log_().gt(x)
+
+        d.uniform_(a, b, generator=generator)
+        cand.copy_(d)
+        pending = pending_of(cand)
+        if pending.any():
+            result = d
+            while True:
+                cand.uniform_(a, b, generator=generator)
+                result = torch.where(pending, cand, result)
+                pending = torch.where(pending, pending_of(cand), pending)
+                if not pending.any():
+                    break
+            d.copy_(result)
     return tensor
 
 
@@ -199,4 +236,19 @@ def orthogonal_(tensor, gain: float = 1.0, generator=None):
     with no_grad():
         d.view_as(q).copy_(q) if d.is_contiguous() else d.copy_(q.reshape(d.shape))
         d.mul_(gain)
+    return tensor
+
+
+def sparse_(tensor, sparsity: float, std: float = 0.01, generator=None):
+    """A sparse 2-D matrix (Martens 2010): N(0, std) values, then in each column the rows of a
+    random permutation's first ``ceil(sparsity * rows)`` entries set to zero."""
+    d = _storage(tensor)
+    if d.dim() != 2:
+        raise ValueError("nn.init.sparse_: only tensors with 2 dimensions are supported")
+    rows, cols = d.shape
+    num_zeros = math.ceil(sparsity * rows)
+    with no_grad():
+        d.normal_(0, std, generator=generator)
+        for col in range(cols):
+            d[torch.randperm(rows)[:num_zeros], col] = 0
     return tensor

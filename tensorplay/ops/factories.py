@@ -4,7 +4,9 @@ Ops with no tensor inputs (``zeros``, ``rand``...) are table entries tagged ``fa
 ``random``), so the tracer and the compiler see them; the Python wrappers below accept
 ``zeros(2, 3)`` as well as ``zeros((2, 3))`` and the ``dtype``/``device``/``requires_grad`` keywords.
 ``tensor``/``as_tensor`` build from Python data and are not ops (their input is not a tensor).
-RNG: the global ATen generator; ``manual_seed`` seeds it.
+RNG: the global ATen generator (``tp.default_generator``, seeded by ``manual_seed``), or the
+``generator=`` a random factory is given: a :class:`Generator` or a ``torch.Generator``, passed to
+ATen's kernel as it is, so the numbers are PyTorch's for a generator seeded the same way.
 
 Legacy constructors, as in PyTorch: ``tp.Tensor(2, 3)`` / ``tp.Tensor(torch.Size([2, 3]))`` (an
 uninitialised tensor of that size in the default dtype; one int is a size too), ``tp.Tensor([1, 2])``
@@ -28,11 +30,12 @@ __all__ = ["tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "l
            "randint", "randperm", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
            "randint_like", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "scalar_tensor",
            "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
-           "CharTensor", "ByteTensor", "BoolTensor"]
+           "CharTensor", "ByteTensor", "BoolTensor", "Generator", "default_generator", "normal"]
 
 F = ("factory",)
 R = ("factory", "random", "nondeterministic")
 _KW = "*, ScalarType? dtype=None, Device? device=None"
+_RKW = "*, Generator? generator=None, ScalarType? dtype=None, Device? device=None"   # random factories
 
 register(f"_zeros(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.zeros(size, dtype=dtype, device=device),
          tags=F, method=False)
@@ -53,15 +56,36 @@ register(f"_logspace(Scalar start, Scalar end, int steps, float base=10.0, {_KW}
                                                                        device=device), tags=F, method=False)
 register(f"_eye(int n, int? m=None, {_KW}) -> Tensor",
          lambda n, m, dtype, device: torch.eye(n, n if m is None else m, dtype=dtype, device=device), tags=F, method=False)
-register(f"_rand(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.rand(size, dtype=dtype, device=device),
+
+
+def _random_factory(fn, shape, default_dtype=None):
+    """Kernel and meta of a random factory: ``fn``'s leading arguments, then generator, dtype,
+    device.  The kernel passes ``generator=`` only when one is given (ATen's generator overloads
+    take no symbolic sizes, and dynamic=True captures run kernels on them); the meta (``shape`` of
+    the leading arguments, no draw: a generator's state is left alone) is an empty tensor."""
+    def kernel(*args):
+        *lead, generator, dtype, device = args
+        kw = {} if generator is None else {"generator": generator}
+        return fn(*lead, **kw, dtype=dtype or default_dtype, device=device)
+
+    def meta(*args):
+        *lead, _, dtype, device = args
+        return torch.empty(shape(*lead), dtype=dtype or default_dtype, device=device)
+    return {"eager": kernel, "meta": meta}
+
+
+def _size_last(*lead):
+    return lead[-1]
+
+
+register(f"_rand(int[] size, {_RKW}) -> Tensor", **_random_factory(torch.rand, _size_last), tags=R, method=False)
+register(f"_randn(int[] size, {_RKW}) -> Tensor", **_random_factory(torch.randn, _size_last), tags=R, method=False)
+register(f"_randint(int low, int high, int[] size, {_RKW}) -> Tensor",
+         **_random_factory(torch.randint, _size_last, torch.int64), tags=R, method=False)
+register(f"_randperm(int n, {_RKW}) -> Tensor", **_random_factory(torch.randperm, lambda n: (n,), torch.int64),
          tags=R, method=False)
-register(f"_randn(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.randn(size, dtype=dtype, device=device),
-         tags=R, method=False)
-register(f"_randint(int low, int high, int[] size, {_KW}) -> Tensor",
-         lambda low, high, size, dtype, device: torch.randint(low, high, size, dtype=dtype or torch.int64, device=device),
-         tags=R, method=False)
-register(f"_randperm(int n, {_KW}) -> Tensor",
-         lambda n, dtype, device: torch.randperm(n, dtype=dtype or torch.int64, device=device), tags=R, method=False)
+register(f"_normal(float mean, float std, int[] size, {_RKW}) -> Tensor",
+         **_random_factory(torch.normal, _size_last), tags=R, method=False)
 # The seed of a compiled graph's random streams: Stax draws one per call of a graph with random
 # ops (its kernels compute Philox of (seed, op, element); docs/stax.md "Random numbers").  From the
 # global generator, so that ``manual_seed`` makes compiled random ops repeatable.
@@ -93,27 +117,31 @@ def _finish(t, requires_grad):
     return t
 
 
-def _mk(opname, who):
+def _mk(opname, who, random=False):
     from .registry import OPS
     fn = OPS[opname].fn
 
-    def f(*args, size=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
+    def f(*args, size=None, generator=None, dtype=None, device=None, requires_grad=False, out=None, layout=None,
           pin_memory=False):
         if size is not None:
             if args:
                 raise TypeError(f"tp.{who}: got the size both positionally and as size=")
             args = (size,)
-        return _finish(fn(_size(args, who), dtype=dtype, device=device), requires_grad)
+        kw = {"generator": _generator(generator, who)} if random else {}
+        if generator is not None and not random:
+            raise TypeError(f"tp.{who}: got an unexpected keyword argument 'generator'")
+        return _finish(fn(_size(args, who), **kw, dtype=dtype, device=device), requires_grad)
     f.__name__ = who
-    f.__doc__ = f"tp.{who}(*size, dtype=None, device=None, requires_grad=False); also tp.{who}(size=...)"
+    f.__doc__ = (f"tp.{who}(*size, {'generator=None, ' if random else ''}dtype=None, device=None, "
+                 f"requires_grad=False); also tp.{who}(size=...)")
     return f
 
 
 zeros = _mk("_zeros", "zeros")
 ones = _mk("_ones", "ones")
 empty = _mk("_empty", "empty")
-rand = _mk("_rand", "rand")
-randn = _mk("_randn", "randn")
+rand = _mk("_rand", "rand", random=True)
+randn = _mk("_randn", "randn", random=True)
 
 
 def full(size, fill_value, *, dtype=None, device=None, requires_grad=False):
@@ -172,14 +200,32 @@ def randint(low, high=None, size=None, *, dtype=None, device=None, requires_grad
         raise TypeError("tp.randint: missing required argument 'size'")
     if high <= low:
         raise RuntimeError(f"tp.randint: expected low < high, got low={low}, high={high}")
-    return OPS["_randint"].fn(low, high, _size((size,), "randint"), dtype=dtype, device=device)
+    return OPS["_randint"].fn(low, high, _size((size,), "randint"), generator=_generator(generator, "randint"),
+                              dtype=dtype, device=device)
 
 
-def randperm(n, *, dtype=None, device=None, requires_grad=False):
+def randperm(n, *, generator=None, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
     from .registry import OPS
     if n < 0:
         raise RuntimeError(f"tp.randperm: n must be non-negative, got {n}")
-    return OPS["_randperm"].fn(n, dtype=dtype, device=device)
+    return OPS["_randperm"].fn(n, generator=_generator(generator, "randperm"), dtype=dtype, device=device)
+
+
+def normal(mean, std=1.0, size=None, *, generator=None, dtype=None, device=None, requires_grad=False, out=None,
+           layout=None, pin_memory=False):
+    """PyTorch's four forms: ``normal(mean, std)`` with a tensor mean and/or std (the op ``normal``,
+    broadcast; std may be left out, 1), and ``normal(mean, std, size)`` with numbers (the factory
+    ``_normal``).  Draws are ATen's, from ``generator`` or the global generator."""
+    from .registry import OPS
+    g = _generator(generator, "normal")
+    if isinstance(mean, (Tensor, torch.Tensor)) or isinstance(std, (Tensor, torch.Tensor)):
+        if size is not None:
+            raise TypeError("tp.normal: size= is for a number mean and std (the shape comes from the tensors)")
+        return OPS["normal"].fn(mean, std, generator=g)
+    if size is None:
+        raise TypeError("tp.normal: a number mean and std need a size (normal(mean, std, size))")
+    return _finish(OPS["_normal"].fn(float(mean), float(std), _size((size,), "normal"), generator=g,
+                                     dtype=dtype, device=device), requires_grad)
 
 
 def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
@@ -199,16 +245,19 @@ def full_like(input, fill_value, *, dtype=None, device=None, requires_grad=False
                 requires_grad=requires_grad)
 
 
-def rand_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    return rand(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+def rand_like(input, *, generator=None, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return rand(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device,
+                requires_grad=requires_grad)
 
 
-def randn_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
-    return randn(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+def randn_like(input, *, generator=None, dtype=None, device=None, requires_grad=False, memory_format=None):
+    return randn(input.shape, generator=generator, dtype=dtype or input.dtype, device=device or input.device,
+                 requires_grad=requires_grad)
 
 
-def randint_like(input, low, high=None, *, dtype=None, device=None):
-    return randint(low, high, input.shape, dtype=dtype or input.dtype, device=device or input.device)
+def randint_like(input, low, high=None, *, generator=None, dtype=None, device=None):
+    return randint(low, high, input.shape, generator=generator, dtype=dtype or input.dtype,
+                   device=device or input.device)
 
 
 def _infer(data):
@@ -247,9 +296,55 @@ def scalar_tensor(s, *, dtype=None, device=None, layout=None, pin_memory=None, r
     return t.requires_grad_(True) if requires_grad else t
 
 
+class _GeneratorMeta(type(torch.Generator)):
+    def __instancecheck__(cls, obj):
+        return isinstance(obj, torch.Generator)
+
+
+class Generator(torch.Generator, metaclass=_GeneratorMeta):
+    """``tp.Generator(device='cpu')``: a random-number generator of its own, independent of the
+    global one and of other generators.  It is ``torch.Generator``'s subclass, so every random op
+    and ``nn.init`` / data-loading function hands it to ATen's kernel as it is and draws the numbers
+    PyTorch draws from a ``torch.Generator`` seeded the same way.  ``manual_seed`` (returns the
+    generator), ``seed``, ``initial_seed``, ``device`` and ``get_offset``/``set_offset`` are torch's;
+    ``get_state`` returns a tp uint8 tensor and ``set_state`` takes a tp or a torch tensor; a pickled
+    or deep-copied generator is a ``tp.Generator`` in the same state.  ``isinstance(g,
+    tp.Generator)`` holds for any ``torch.Generator`` (``tp.default_generator`` included), as
+    PyTorch programs expect."""
+
+    def get_state(self):
+        return _wrap(super().get_state())
+
+    def set_state(self, new_state):
+        super().set_state(new_state._data if isinstance(new_state, Tensor) else new_state)
+        return self
+
+    def __reduce__(self):   # torch's, rebuilding this class (pickle, copy.deepcopy)
+        _, args, state = super().__reduce__()
+        return type(self), args, state
+
+    def __repr__(self):
+        return f"<tensorplay.Generator device={self.device} initial_seed={self.initial_seed()}>"
+
+
+#: The global generator: ``tp.manual_seed`` seeds it and random ops without ``generator=`` draw
+#: from it.  It is ``torch.default_generator`` itself (ATen's global CPU generator, which no
+#: subclass instance can stand for), so its ``get_state`` returns a torch uint8 tensor
+#: (``tp.get_rng_state()`` returns the same state as a tp tensor).
+default_generator = torch.default_generator
+
+
+def _generator(g, who):
+    """``g`` if it is None or a generator; a TypeError naming the op otherwise."""
+    if g is None or isinstance(g, torch.Generator):
+        return g
+    raise TypeError(f"tp.{who}: generator must be a tp.Generator or torch.Generator, got {type(g).__name__}")
+
+
 def manual_seed(seed: int):
-    torch.manual_seed(seed)
-    return seed
+    """Seed the global generator (and the accelerators'); returns ``tp.default_generator``, as
+    ``torch.manual_seed`` returns ``torch.default_generator``."""
+    return torch.manual_seed(seed)
 
 
 def seed():

@@ -42,7 +42,9 @@ operators (``__add__``/``__radd__``) and the in-place variants (``add_``).
 
 Guarantees of :func:`call` (the eager path, one per op call):
 
-* tensors are unwrapped to their torch storage, the kernel runs, outputs are wrapped;
+* tensors are unwrapped to their torch storage, the kernel runs, outputs are wrapped; a
+  ``torch.Tensor`` argument is read as it is and otherwise taken as ``tp.from_torch`` takes it
+  (an in-place op on it returns that zero-copy wrapper);
 * an argument of a type with a ``__tp_dispatch__(op, args)`` hook (tensorplay.distributed's
   ``ShardedArray``: explicit.py) hands the whole call to that hook;
 * a kernel error is re-raised as the same exception class, its message prefixed with the op name
@@ -441,13 +443,21 @@ def call(op: OpDef, args: tuple):
     s = op.schema
     raw = list(args)
     req = False
+    taken = None
     for i in s.tensor_pos:
         a = raw[i]
         if isinstance(a, Tensor):
             raw[i] = a._data
             if a._requires_grad or (a._base is not None and a.requires_grad):  # a view follows its base
                 req = True
-        elif a is not None and not isinstance(a, (int, float, bool, complex, torch.Tensor, torch.SymInt,
+        elif isinstance(a, torch.Tensor):
+            # a torch tensor (torchvision's transforms make them): the kernel reads it as it is, and
+            # the rest of the call (views, the tracer, an in-place result) sees it as
+            # tp.from_torch's zero-copy wrapper
+            if taken is None:
+                taken = list(args)
+            taken[i] = _wrap(a)
+        elif a is not None and not isinstance(a, (int, float, bool, complex, torch.SymInt,
                                                   torch.SymFloat, torch.SymBool)):
             handler = getattr(type(a), "__tp_dispatch__", None)
             if handler is not None:     # an array type with rules of its own (a ShardedArray)
@@ -474,6 +484,8 @@ def call(op: OpDef, args: tuple):
             raw[i] = lst
     for i in s.index_pos:
         raw[i], _ = _unwrap_index(raw[i])
+    if taken is not None:
+        args = tuple(taken)
     record = req and _grad_state.enabled and op.differentiable
     mp = s.mutated_pos
     if mp is not None and req and _grad_state.enabled:

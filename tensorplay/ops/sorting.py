@@ -21,9 +21,13 @@ kernel runs (ATen would accept some of these silently or fail with an unhelpful 
   non-zero probability in any row (so the indices drawn are distinct and all have probability > 0);
 * ``bernoulli``: probabilities must lie in [0, 1] (NaN rejected).
 
+``normal(mean, std)`` (tensor mean and/or std, broadcast; ``tp.normal`` routes the numbers-and-size
+form to the factory ``_normal``) is PyTorch's: its gradient is zero for both (PyTorch does not
+reparameterise it).
+
 The in-place fills ``bernoulli_``, ``uniform_``, ``normal_``, ``exponential_``, ``random_`` (used by
-``nn.init``) are non-differentiable; on a leaf that requires grad they must run under
-``tp.no_grad()`` (as in PyTorch).
+``nn.init``), ``cauchy_``, ``log_normal_``, ``geometric_`` are non-differentiable; on a leaf that
+requires grad they must run under ``tp.no_grad()`` (as in PyTorch).
 """
 from __future__ import annotations
 
@@ -223,6 +227,22 @@ register("bernoulli(Tensor self, float? p=None, *, Generator? generator=None) ->
          meta=_bernoulli_meta, tags=R)
 
 
+def _normal_meta(mean, std, generator):
+    return torch.normal(_to_meta(mean), _to_meta(std))
+
+
+def _normal_bwd(ctx, g):
+    n = ctx.needs_input_grad
+    return (ctx.mean.new_zeros(ctx.mean.shape) if n[0] else None,
+            ctx.std.new_zeros(ctx.std.shape) if len(n) > 1 and n[1] else None)
+
+
+register("normal(Tensor mean, Tensor std=1.0, *, Generator? generator=None) -> Tensor",
+         lambda mean, std, generator: torch.normal(mean, std, generator=generator), meta=_normal_meta,
+         backward=_normal_bwd, save=("mean", "std"), tags=("random",), method=False, function=False,
+         doc="Normal(mean, std) draws, a tensor mean and/or std broadcast; zero gradient (as PyTorch).")
+
+
 # ---------------------------------------------------------------------------------------------
 # in-place random fills
 # ---------------------------------------------------------------------------------------------
@@ -235,6 +255,12 @@ def _bernoulli__kernel(self, p, generator):
     return self.bernoulli_(p, generator=generator)
 
 
+def _fill_meta(self, *args):
+    """An in-place fill's meta: its input's layout (no draw; the generator, perhaps a CPU
+    generator next to meta tensors, is not consulted)."""
+    return _to_meta(self)
+
+
 def _random__kernel(self, from_, to, generator):
     if from_ is None and to is None:
         return self.random_(generator=generator)
@@ -243,17 +269,24 @@ def _random__kernel(self, from_, to, generator):
     return self.random_(from_, to, generator=generator)
 
 
-register("bernoulli_(Tensor(a!) self, Tensor p=0.5, *, Generator? generator=None) -> Tensor(a!)",
-         _bernoulli__kernel, tags=RI, function=False)
-register("uniform_(Tensor(a!) self, float from_=0, float to=1, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, from_, to, generator: self.uniform_(from_, to, generator=generator), tags=RI, function=False)
-register("normal_(Tensor(a!) self, float mean=0, float std=1, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, mean, std, generator: self.normal_(mean, std, generator=generator), tags=RI, function=False)
-register("exponential_(Tensor(a!) self, float lambd=1, *, Generator? generator=None) -> Tensor(a!)",
-         lambda self, lambd, generator: self.exponential_(lambd, generator=generator), tags=RI, function=False)
-register("random_(Tensor(a!) self, int? from_=None, int? to=None, *, Generator? generator=None) -> Tensor(a!)",
-         _random__kernel, tags=RI, function=False)
+def _fill(schema, kernel):
+    register(schema, kernel, meta=_fill_meta, tags=RI, function=False)
 
+
+_G = "*, Generator? generator=None) -> Tensor(a!)"
+_fill(f"bernoulli_(Tensor(a!) self, Tensor p=0.5, {_G}", _bernoulli__kernel)
+_fill(f"uniform_(Tensor(a!) self, float from_=0, float to=1, {_G}",
+      lambda self, from_, to, generator: self.uniform_(from_, to, generator=generator))
+_fill(f"normal_(Tensor(a!) self, float mean=0, float std=1, {_G}",
+      lambda self, mean, std, generator: self.normal_(mean, std, generator=generator))
+_fill(f"exponential_(Tensor(a!) self, float lambd=1, {_G}",
+      lambda self, lambd, generator: self.exponential_(lambd, generator=generator))
+_fill(f"random_(Tensor(a!) self, int? from_=None, int? to=None, {_G}", _random__kernel)
+_fill(f"cauchy_(Tensor(a!) self, float median=0, float sigma=1, {_G}",
+      lambda self, median, sigma, generator: self.cauchy_(median, sigma, generator=generator))
+_fill(f"log_normal_(Tensor(a!) self, float mean=1, float std=2, {_G}",
+      lambda self, mean, std, generator: self.log_normal_(mean, std, generator=generator))
+_fill(f"geometric_(Tensor(a!) self, float p, {_G}", lambda self, p, generator: self.geometric_(p, generator=generator))
 
 EXTRA_FUNCTIONS = {"unique": unique, "unique_consecutive": unique_consecutive}
 EXTRA_METHODS = {"unique": unique, "unique_consecutive": unique_consecutive}

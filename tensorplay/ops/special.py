@@ -260,6 +260,7 @@ def _standard_gamma_jvp(args, outs, tangents):
 
 
 register("_standard_gamma(Tensor self, Generator? generator=None) -> Tensor", "torch._standard_gamma",
+         meta=lambda self, generator=None: _like_meta(self),
          backward=lambda ctx, g: (g * OPS["_standard_gamma_grad"].fn(ctx.self, ctx.result)),
          jvp=_standard_gamma_jvp, save=("self", "result"), tags=R, method=False,
          doc="Gamma(concentration, 1) draws; the gradient is the implicit reparameterisation d sample / d alpha.")
@@ -301,7 +302,8 @@ register("_dirichlet_grad(Tensor x, Tensor alpha, Tensor total) -> Tensor", "tor
          meta=_like_meta,
          method=False, doc="d x / d alpha of Beta(alpha, total - alpha) draws x (Dirichlet's pathwise gradient).")
 register("poisson(Tensor self, Generator? generator=None) -> Tensor", "torch.poisson",
-         tags=R + ("nondifferentiable",), method=False, doc="Poisson(rate) draws (float, like rate).")
+         meta=lambda self, generator=None: _like_meta(self), tags=R + ("nondifferentiable",), method=False,
+         doc="Poisson(rate) draws (float, like rate).")
 register("binomial(Tensor count, Tensor prob, Generator? generator=None) -> Tensor", "torch.binomial",
          meta=lambda count, prob, generator=None: _like_meta(count, prob),
          tags=R + ("nondifferentiable",), method=False, doc="Binomial(count, prob) draws (float).")

@@ -21,7 +21,7 @@ import torch
 
 from ..._tensor import Tensor, _wrap
 from ...autograd import grad_mode
-from ..graph.node import _fmt_arg
+from ..graph.node import _fmt_arg, generators
 from .registry import register_backend
 
 __all__ = ["eager_backend", "raw_function", "aot_eager_backend"]
@@ -33,7 +33,7 @@ def raw_function(gm, device=None):
     ``device``: the one device of the example inputs; Python scalars are hoisted into 0-d constants
     there (None — no tensor inputs or several devices — keeps them as Python numbers)."""
     g = gm.graph
-    ns = {"operator": operator, "torch": torch, "_wrap": _wrap, "Tensor": Tensor}
+    ns = {"operator": operator, "torch": torch, "_wrap": _wrap, "Tensor": Tensor, "generators": generators}
     params = [n.name for n in g.placeholders]
     lines = [f"def raw({', '.join(params)}):"]
     for p in params:

@@ -13,6 +13,7 @@ import torch
 
 from ...ops.registry import OPS
 from .graph import Graph
+from .node import generators
 
 __all__ = ["GraphModule", "ops_namespace"]
 
@@ -49,7 +50,7 @@ class GraphModule:
                     fns[getattr(n.target, "__qualname__", getattr(n.target, "__name__", "f"))] = n.target
         self._code = self.graph.python_code()
         ns = {"ops": ops_namespace, "torch": torch, "operator": operator, "fns": types.SimpleNamespace(**fns),
-              "float": float, "inf": float("inf")}
+              "generators": generators, "float": float, "inf": float("inf")}
         exec(compile(self._code, f"<tp graph {self._name}>", "exec"), ns)
         self._forward = ns["forward"]
 

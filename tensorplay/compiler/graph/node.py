@@ -15,7 +15,23 @@ from typing import Any, Callable
 
 import torch
 
-__all__ = ["Node", "map_arg", "map_aggregate", "OPCODES"]
+__all__ = ["Node", "map_arg", "map_aggregate", "OPCODES", "generators", "generator_ref"]
+
+#: The random generators (``tp.Generator`` / ``torch.Generator``) that captured programs hand to
+#: random ops, numbered for the life of the process: generated code (a graph's ``forward``, a Stax
+#: wrapper) names one as ``generators[n]``, so that the code text tells generators apart (a code
+#: cache keyed by the text never gives one generator's program another's) and the op draws from
+#: that very object.  Entries are kept (a number is never reused).
+generators: list = []
+
+
+def generator_ref(g) -> str:
+    """``generators[n]``: the source naming generator ``g`` (numbered on first sight)."""
+    for i, x in enumerate(generators):
+        if x is g:
+            return f"generators[{i}]"
+    generators.append(g)
+    return f"generators[{len(generators) - 1}]"
 
 OPCODES = ("placeholder", "get_attr", "call_function", "call_method", "call_module", "output")
 
@@ -56,6 +72,8 @@ def _fmt_arg(a, prefix=""):
         return str(a)
     if isinstance(a, torch.device):
         return f"torch.device({str(a)!r})"
+    if isinstance(a, torch.Generator):
+        return generator_ref(a)
     if a is Ellipsis:
         return "..."
     if isinstance(a, float) and (a != a or a in (float("inf"), float("-inf"))):

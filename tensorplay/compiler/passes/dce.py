@@ -11,6 +11,8 @@ Random ops without users are dead too and are removed: a draw nobody reads has n
 The one observable consequence is the random-number stream — eager would have advanced the
 generator for the removed draw, so later draws in the same program differ from eager's (as with
 any compiler that eliminates dead random ops; compare distributions, not bits, for random programs).
+A draw from an explicit ``generator=`` is kept, unread or not: that generator's state is the
+program's to observe (``g.get_state()``, its later draws), so it advances as in eager.
 
 Data gates (§3.5) must be extracted before this pass runs (invariant 2): their backward slice may
 be dead in the graph.
@@ -20,6 +22,8 @@ Termination measure: the number of nodes (each step erases one).
 from __future__ import annotations
 
 import operator
+
+import torch
 
 from ..graph.node import Node
 
@@ -34,6 +38,8 @@ def is_root(n: Node) -> bool:
         return True
     if n.op == "call_function" and n.opdef is None and n.target is not operator.getitem:
         return True
+    if n.op == "call_function" and n.opdef is not None and "random" in n.opdef.tags:
+        return any(isinstance(a, torch.Generator) for a in n.args)   # its generator's state is observable
     return False
 
 

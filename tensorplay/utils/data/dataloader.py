@@ -9,6 +9,7 @@ import numpy as np
 import torch
 
 from ..._tensor import Tensor, _wrap
+from ...ops.factories import Generator
 from .dataset import IterableDataset, TensorDataset
 from .sampler import BatchSampler, RandomSampler, SequentialSampler
 
@@ -106,8 +107,7 @@ class DataLoader:
         if seed is not None:
             if generator is not None:
                 raise ValueError("DataLoader: give either generator or seed, not both")
-            generator = torch.Generator()
-            generator.manual_seed(seed)
+            generator = Generator().manual_seed(seed)
         self.dataset = dataset
         self.num_workers = 0
         self.pin_memory = pin_memory

@@ -31,6 +31,7 @@ import sympy
 import torch
 
 from .. import choices
+from ....graph.node import generator_ref
 from ..ir import ExternBuffer, InputBuffer, ReinterpretView
 from ..sizevars import SymbolicSizeError, sympify, to_torch_expr
 
@@ -66,6 +67,8 @@ def generate_wrapper(graph, sched, kernels, backend) -> tuple[str, set]:
     L.append("from tensorplay.ops.registry import OPS")
     L.append("from tensorplay.compiler.backends.stax.runtime import assert_size_stride, reinterpret, as_layout, take, stash"
              + (", take_sized" if graph.symbolic else ""))
+    if any(isinstance(a, torch.Generator) for b in graph.buffers if isinstance(b, ExternBuffer) for a in b.args):
+        L.append("from tensorplay.compiler.graph.node import generators   # the random ops' generator= objects")
     L += backend.wrapper_imports()
     L.append("constants = {}")
     L.append("spare = {}   # dead intermediate buffers kept for the next call (runtime.take/stash)")
@@ -294,6 +297,8 @@ def _arg(a):
         return str(a)
     if isinstance(a, torch.device):
         return f"torch.device('{a}')"
+    if isinstance(a, torch.Generator):
+        return generator_ref(a)
     if isinstance(a, float) and (a != a or a in (float("inf"), float("-inf"))):
         return f"float('{a}')"
     if isinstance(a, slice):

@@ -41,8 +41,11 @@ def _random_stream(shape):
     return draw
 
 
-def _random_value(fn):
-    """The op's output as a Pointwise ``fn(seed, offset, stream)`` of a new stream."""
+def _random_value(fn, generator=None):
+    """The op's output as a Pointwise ``fn(seed, offset, stream)`` of a new stream.  An explicit
+    generator keeps eager's kernel (a fallback), which draws from that generator."""
+    if generator is not None:
+        raise Unsupported("an explicit generator (eager's kernel draws from it)")
     if choices.eager_random():
         return V.graph.extern("eager's generator (TP_STAX_FALLBACK_RANDOM=1)")
     out = _out_val()
@@ -51,9 +54,9 @@ def _random_value(fn):
 
 
 def _floating_random(kind):
-    def rule(size, dtype=None, device=None):
+    def rule(size, generator=None, dtype=None, device=None):
         dt = _out_val().dtype
-        return _random_value(lambda seed, off, k: getattr(ops, kind)(seed, off, k, dt))
+        return _random_value(lambda seed, off, k: getattr(ops, kind)(seed, off, k, dt), generator)
     return rule
 
 
@@ -62,8 +65,8 @@ register_lowering("_randn")(_floating_random("randn"))
 
 
 @register_lowering("_randint")
-def _randint(low, high, size, dtype=None, device=None):
-    return _random_value(_random_fill(_out_val().dtype, low, high))
+def _randint(low, high, size, generator=None, dtype=None, device=None):
+    return _random_value(_random_fill(_out_val().dtype, low, high), generator)
 
 
 def _keep(seed, off, k, p):
@@ -79,11 +82,9 @@ def _keep(seed, off, k, p):
 def _bernoulli(x, p=None, generator=None):
     """``bernoulli(x, p)`` with a float p: 1 with probability p in x's dtype.  Tensor probabilities
     stay eager's kernel: it checks them in [0, 1] and raises (a kernel here could not)."""
-    if generator is not None:
-        raise Unsupported("an explicit generator (eager's kernel draws from it)")
     if p is None:
         raise Unsupported("tensor probabilities (eager checks them in [0, 1])")
-    return _random_value(_bernoulli_fill(_out_val().dtype, p))
+    return _random_value(_bernoulli_fill(_out_val().dtype, p), generator)
 
 
 @register_lowering("native_dropout")
@@ -120,9 +121,7 @@ def _native_dropout(x, p, train):
 def _fill(make):
     def rule(x, *args):
         *params, generator = args
-        if generator is not None:
-            raise Unsupported("an explicit generator (eager's kernel draws from it)")
-        return _random_value(make(x.dtype, *params))
+        return _random_value(make(x.dtype, *params), generator)
     return rule
 
 

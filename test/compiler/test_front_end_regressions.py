@@ -354,7 +354,7 @@ def test_repr_and_module_counters():
             torch.testing.assert_close(cm(x).torch(), lin(x).torch(), rtol=1e-6, atol=1e-6)
         cm(rnd(4, 3))
     assert cm.counters == {"calls": 4, "first_level_hits": 2, "cache_hits": 0, "captures": 2, "over_limit_calls": 0,
-                           "backward_compiles": 0}
+                           "sparse_eager_calls": 0, "backward_compiles": 0}
     assert cm.recompile_reasons == [["arg 0 'input': dim expected 1, got 2"]]
     assert "specializations=2" in repr(cm)
 

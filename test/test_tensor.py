@@ -134,6 +134,18 @@ def test_factory_errors():
         tp.randint(5, 5, (2,))
 
 
+def test_empty_strided():
+    t = tp.empty_strided((2, 3), (1, 2), dtype=tp.float64)
+    ref = torch.empty_strided((2, 3), (1, 2), dtype=torch.float64)
+    assert t.shape == ref.shape and t.stride() == ref.stride() and t.dtype == ref.dtype and not t.is_contiguous()
+    assert tp.empty_strided([4], [1], requires_grad=True).requires_grad
+    assert tp.empty_strided((0, 3), (3, 1)).numel() == 0
+    with pytest.raises(RuntimeError, match="tp.empty_strided: size \\[2, 3\\] and stride \\[1\\]"):
+        tp.empty_strided((2, 3), (1,))
+    with pytest.raises(RuntimeError, match="tp.empty_strided: sizes and strides must be non-negative"):
+        tp.empty_strided((2, -1), (1, 1))
+
+
 def test_deepcopy_and_pickle():
     import copy
     import pickle

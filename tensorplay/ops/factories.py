@@ -26,7 +26,7 @@ import torch
 from .._tensor import Tensor, _wrap
 from .registry import register
 
-__all__ = ["tensor", "as_tensor", "zeros", "ones", "full", "empty", "arange", "linspace", "logspace", "eye", "rand", "randn",
+__all__ = ["tensor", "as_tensor", "zeros", "ones", "full", "empty", "empty_strided", "arange", "linspace", "logspace", "eye", "rand", "randn",
            "randint", "randperm", "zeros_like", "ones_like", "full_like", "empty_like", "rand_like", "randn_like",
            "randint_like", "manual_seed", "seed", "initial_seed", "get_rng_state", "set_rng_state", "scalar_tensor",
            "FloatTensor", "DoubleTensor", "HalfTensor", "BFloat16Tensor", "LongTensor", "IntTensor", "ShortTensor",
@@ -43,6 +43,9 @@ register(f"_ones(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torc
          tags=F, method=False)
 register(f"_empty(int[] size, {_KW}) -> Tensor", lambda size, dtype, device: torch.empty(size, dtype=dtype, device=device),
          tags=F, method=False)
+register(f"_empty_strided(int[] size, int[] stride, {_KW}) -> Tensor",
+         lambda size, stride, dtype, device: torch.empty_strided(size, stride, dtype=dtype, device=device), tags=F,
+         method=False)
 register(f"_full(int[] size, Scalar fill_value, {_KW}) -> Tensor",
          lambda size, fill_value, dtype, device: torch.full(size, fill_value, dtype=dtype, device=device), tags=F, method=False)
 register(f"_arange(Scalar start, Scalar end, Scalar step=1, {_KW}) -> Tensor",
@@ -234,6 +237,17 @@ def zeros_like(input, *, dtype=None, device=None, requires_grad=False, memory_fo
 
 def ones_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):
     return ones(input.shape, dtype=dtype or input.dtype, device=device or input.device, requires_grad=requires_grad)
+
+
+def empty_strided(size, stride, *, dtype=None, device=None, requires_grad=False, layout=None, pin_memory=False):
+    """Uninitialised memory of shape ``size`` with the given strides (PyTorch's ``empty_strided``)."""
+    from .registry import OPS
+    size, stride = list(size), list(stride)
+    if len(size) != len(stride):
+        raise RuntimeError(f"tp.empty_strided: size {size} and stride {stride} must have the same length")
+    if any(n < 0 for n in size) or any(st < 0 for st in stride):
+        raise RuntimeError(f"tp.empty_strided: sizes and strides must be non-negative, got size {size}, stride {stride}")
+    return _finish(OPS["_empty_strided"].fn(size, stride, dtype=dtype, device=device), requires_grad)
 
 
 def empty_like(input, *, dtype=None, device=None, requires_grad=False, memory_format=None):

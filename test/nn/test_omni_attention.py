@@ -108,6 +108,15 @@ def test_fully_masked_rows_give_zero_and_minus_inf():
     assert_close(out, ref.float(), rtol=1e-5, atol=1e-5)
 
 
+def test_empty_sequences():
+    q, k, v = _qkv(L=0, S=5)
+    out, lse = A.omni_attention(q, k, v, return_lse=True)
+    assert out.shape == (2, 3, 0, 8) and lse.shape == (2, 3, 0)
+    q, k, v = _qkv(L=6, S=0)
+    out, lse = A.omni_attention(q, k, v, return_lse=True)
+    assert out.shape == (2, 3, 6, 8) and not out.torch().any() and torch.isneginf(lse.torch()).all()
+
+
 def test_gqa_and_per_head_masks():
     q, k, v = _qkv(H=4, Hk=2, L=48, S=40)
     head_mask = lambda b, h, q, kv: (kv <= q + h * 4)   # noqa: E731  depends on the head

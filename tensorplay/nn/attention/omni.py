@@ -111,7 +111,7 @@ def omni_attention(query, key, value, score_mod=None, block_mask: BlockMask | No
     outs, lses = [], []
     for i in range(states.shape[2]):
         q0, q1 = i * bq, min((i + 1) * bq, L)
-        row = states[:, :, i].reshape(-1, states.shape[3])            # (mb*mh, nk)
+        row = states[:, :, i].reshape(mb * mh, states.shape[3])        # (mb*mh, nk)
         cols = [j for j in range(row.shape[1]) if bool((row[:, j] != EMPTY).any())]
         if not cols:     # no key may be attended by these rows: output 0, lse -inf
             outs.append(_wrap(torch.zeros((B, H, q1 - q0, v.shape[-1]), dtype=query.dtype, device=device)))
@@ -148,6 +148,9 @@ def omni_attention(query, key, value, score_mod=None, block_mask: BlockMask | No
         empty_row = l_run == 0
         outs.append((a_run / _ops.where(empty_row, 1.0, l_run)).to(query.dtype))
         lses.append(_ops.where(empty_row, float("-inf"), m_run + l_run.log()).squeeze(-1))
+    if not outs:     # no queries (L = 0)
+        outs.append(_wrap(torch.zeros((B, H, 0, v.shape[-1]), dtype=query.dtype, device=device)))
+        lses.append(_wrap(torch.zeros((B, H, 0), dtype=acc_dtype, device=device)))
     out = outs[0] if len(outs) == 1 else _ops.cat(outs, 2)
     if not return_lse:
         return out

@@ -521,3 +521,16 @@ def test_residual_stream_is_materialised_not_reread(config_patch, max_loads):
     kernels = _source(cf).split("@triton.jit")[1:]
     most = max(len(set(re.findall(r"tl\.load\((arg\d+|buf\d+)", k))) for k in kernels)
     assert (most <= max_loads + 1) if max_loads == 4 else most >= 8, most
+
+
+@pytest.mark.parametrize("name", ["asinh", "acosh", "atanh"])
+def test_triton_inverse_hyperbolics(name):
+    """The inverse hyperbolics' rules (special_rules.py) print as Triton: special values and
+    random points equal ATen's to float32 rounding."""
+    x = torch.cat([torch.tensor([0.0, -0.0, 1.0, -1.0, 0.5, 1e10, -1e10, float("inf"), float("nan"), 3.0]),
+                   torch.randn(54, generator=torch.Generator().manual_seed(1)) * 3])
+    cf = tp.compile(lambda a: getattr(a, name)(), strict_native=True)
+    px = tp.from_torch(x)
+    cf(px)
+    y, r = cf(px).torch(), getattr(torch, name)(x)
+    assert torch.allclose(y, r, rtol=3e-7, atol=0, equal_nan=True)

@@ -9,12 +9,18 @@ points (NaN, ±inf, 0).
 * ``sinc(x) = sin(pi x) / (pi x)``, 1 at 0;
 * ``special_entr(x) = -x log x`` (0 at 0, -inf below, NaN for NaN);
 * ``special_ndtr(x) = erfc(-x / sqrt 2) / 2``;
-* ``heaviside(x, v)``: v where x == 0, else (x > 0).
+* ``heaviside(x, v)``: v where x == 0, else (x > 0);
+* the inverse hyperbolics in their cancellation-free forms: ``asinh(x) = sign(x) log1p(|x| + |x|
+  (|x| / (1 + hypot(1, x))))``, ``acosh(x) = log1p((x - 1) + sqrt((x - 1)(x + 1)))``,
+  ``atanh(x) = sign(x) log1p(2|x| / (1 - |x|)) / 2``; past 2^28 (where the squares would lose the
+  argument or overflow) ``asinh`` and ``acosh`` are ``log|x| + log 2``.  NaN, ±inf, ±0 and the
+  domain edges (acosh(1) = 0, atanh(±1) = ±inf, NaN outside the domain) are eager's.  Complex
+  inputs fall back (the rules are real formulas).
 
 They compute in the result's dtype, like eager, and agree with it to the backend's error model for
 log, exp, sin and erfc (docs/stax.md).  The others (lgamma, digamma, polygamma, erfinv, Bessel
-functions, inverse hyperbolics, copysign, nextafter...) have no rule: inside a compiled graph they
-are ATen calls (fallback kernels).
+functions, copysign -- the ``ops`` interface cannot read a NaN's sign --, nextafter...) have no
+rule: inside a compiled graph they are ATen calls (fallback kernels).
 """
 from __future__ import annotations
 
@@ -22,7 +28,7 @@ import math
 
 from ..ops_handler import ops
 from .pointwise_rules import pointwise
-from .registry import cdt, register_lowering
+from .registry import Unsupported, cdt, register_lowering
 
 
 def _c(v):
@@ -73,3 +79,40 @@ def _entr(x):
 register_lowering("special_ndtr")(pointwise(lambda x: ops.mul(ops.erfc(ops.mul(x, _c(-math.sqrt(0.5)))), _c(0.5))))
 register_lowering("heaviside")(pointwise(
     lambda x, v: ops.where(ops.eq(x, _c(0)), v, ops.to_dtype(ops.gt(x, _c(0)), cdt()))))
+
+
+_BIG = 2.0 ** 28     # past it: asinh / acosh = log|x| + log 2 to within rounding
+
+
+def _real_only(name, f):
+    def rule(x):
+        if x.dtype.is_complex:
+            raise Unsupported(f"{name} of a complex tensor")
+        return pointwise(f)(x)
+    return rule
+
+
+def _asinh(x):
+    a = ops.abs(x)
+    small = ops.log1p(ops.add(a, ops.mul(a, ops.truediv(a, ops.add(_c(1), ops.hypot(_c(1), a))))))
+    r = ops.where(ops.gt(a, _c(_BIG)), ops.add(ops.log(a), _c(math.log(2.0))), small)
+    # sign(x) * r keeps -0.0 and NaN (sign(NaN) * r is NaN)
+    return ops.where(ops.lt(x, _c(0)), ops.neg(r), ops.where(ops.eq(x, _c(0)), x, r))
+
+
+def _acosh(x):
+    xm1 = ops.sub(x, _c(1))
+    small = ops.log1p(ops.add(xm1, ops.sqrt(ops.mul(xm1, ops.add(x, _c(1))))))
+    r = ops.where(ops.gt(x, _c(_BIG)), ops.add(ops.log(x), _c(math.log(2.0))), small)
+    return ops.where(ops.lt(x, _c(1)), _c(math.nan), r)     # (below 1 the sum could cancel to a number)
+
+
+def _atanh(x):
+    a = ops.abs(x)
+    r = ops.mul(ops.log1p(ops.truediv(ops.mul(a, _c(2)), ops.sub(_c(1), a))), _c(0.5))
+    return ops.where(ops.lt(x, _c(0)), ops.neg(r), ops.where(ops.eq(x, _c(0)), x, r))
+
+
+register_lowering("asinh")(_real_only("asinh", _asinh))
+register_lowering("acosh")(_real_only("acosh", _acosh))
+register_lowering("atanh")(_real_only("atanh", _atanh))

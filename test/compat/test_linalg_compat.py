@@ -241,3 +241,23 @@ def test_compiled_training():
     f_t.backward()
     assert_close(a.grad, ta.grad, exact=False, rtol=1e-4, atol=1e-5)
     assert_close(b.grad, tb.grad, exact=False, rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("ord", [2, 1, 3.5, float("inf"), float("-inf"), 0])
+def test_vector_norm_is_a_stax_reduction(ord):
+    """tp.linalg.vector_norm lowers as norm's reductions (strict_native), forward and backward."""
+    x = tp.randn(5, 7, requires_grad=True)
+    for dim in (None, 1, (0, 1)):
+        f = lambda a: tp.linalg.vector_norm(a, ord, dim=dim)  # noqa: E731
+        cf = tp.compile(f, strict_native=True)
+        cf(x.detach())
+        assert (cf(x.detach()) - f(x.detach())).abs().max().item() <= 1e-5
+    if ord not in (0, float("inf"), float("-inf")):
+        cf = tp.compile(lambda a: tp.linalg.vector_norm(a, ord, dim=1).sum(), strict_native=True)
+        for _ in range(2):
+            x.grad = None
+            cf(x).backward()
+        got = x.grad.clone()
+        x.grad = None
+        tp.linalg.vector_norm(x, ord, dim=1).sum().backward()
+        assert (got - x.grad).abs().max().item() <= 1e-5

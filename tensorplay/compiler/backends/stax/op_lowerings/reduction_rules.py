@@ -173,8 +173,8 @@ def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     """Vector p-norms: p = 2/'fro'/None sqrt(sum x^2), 1 sum |x|, inf/-inf amax/amin |x|, 0 the
     count of non-zeros, other p (sum |x|^p)^(1/p).  Matrix norms ('nuc', ...) are not lowered."""
     out = _out_val().dtype
-    if not out.is_floating_point:
-        raise Unsupported("norm of integers")
+    if not out.is_floating_point or x.dtype.is_complex:
+        raise Unsupported("norm of integers or complex values")
     if isinstance(p, str) and p != "fro":
         raise Unsupported(f"the {p!r} matrix norm")
     p = 2.0 if p is None or p == "fro" else float(p)
@@ -196,6 +196,12 @@ def _norm(x, p="fro", dim=None, keepdim=False, dtype=None):
     s = _realize(_sum_of(x, dim, keepdim, out, lambda v: ops.pow(absx(v), ops.constant(p, out))))
     sl = s.make_loader()
     return TensorBox(Pointwise(out, x.device, s.get_size(), lambda i: ops.pow(sl(i), ops.constant(1.0 / p, out))))
+
+
+@register_lowering("linalg_vector_norm")
+def _vector_norm(x, ord=2, dim=None, keepdim=False, dtype=None):
+    """``tp.linalg.vector_norm``: the vector p-norm of ``norm`` with p = ord (a number)."""
+    return _norm(x, float(ord), dim, keepdim, dtype)
 
 
 @register_lowering("any", "all")

@@ -20,7 +20,7 @@ from .registry import OPS, OpDef, call, get, register  # noqa: F401
 from . import factories, pointwise, reduction, view, sorting, linalg, ragged, nn_ops, functional_ops, special  # noqa: F401  (registration)
 from . import search, combine  # noqa: F401,E402  (registration)
 from . import linalg_extra, fft  # noqa: F401,E402  (registration: tp.linalg, tp.fft)
-from . import sparse  # noqa: F401,E402  (registration: sparse COO conversions)
+from . import sparse, aliases  # noqa: F401,E402  (registration: sparse COO conversions; PyTorch's aliases)
 from .._tensor import Tensor
 
 __all__ = ["OPS", "OpDef", "get", "register"]
@@ -60,7 +60,7 @@ def _install():
         setattr(Tensor, name, extra)
     # Python-level entry points that dispatch among several table ops (e.g. tp.max -> max /
     # max_dim / maximum, tp.unique -> unique with the requested outputs)
-    for mod in (reduction, sorting, search, combine, sparse):
+    for mod in (reduction, sorting, search, combine, sparse, aliases):
         for name, extra in getattr(mod, "EXTRA_METHODS", {}).items():
             setattr(Tensor, name, extra)
         for name, fn in getattr(mod, "EXTRA_FUNCTIONS", {}).items():

@@ -30,6 +30,16 @@ template <> struct int_of<4> { using type = int32_t; };
 template <> struct int_of<8> { using type = int64_t; };
 
 // Register layout of kLanes lanes of T: `count` native vectors of `bytes` bytes each.
+//: the widest SIMD register of the target (bytes): what one asm operand can hold
+#if defined(__AVX512F__)
+constexpr int kRegBytes = 64;
+#elif defined(__AVX__)
+constexpr int kRegBytes = 32;
+#elif defined(__SSE2__)
+constexpr int kRegBytes = 16;
+#else
+constexpr int kRegBytes = 0;
+#endif
 template <typename T>
 struct layout {
     static constexpr int total = kLanes * (int)sizeof(T);
@@ -413,8 +423,15 @@ struct Vec {
         // constant -- a tail mask of a compile-time length -- into a wrong all-true select
         // (`where(iota < 4, 1, 0)` became 16 ones).  Hiding the lanes keeps the comparison at run time.
         for (int k = 0; k < nchunks; ++k) {
-            if constexpr (sizeof(chunk_type) > sizeof(T)) asm("" : "+x"(r.c[k]));   // a SIMD register
-            else asm("" : "+m"(r.c[k]));                                             // TP_SCALAR
+#if defined(__x86_64__) || defined(__i386__)
+            // in its SIMD register when one holds the chunk (a wider chunk -- TP_VEC_BYTES above the
+            // ISA's width, or TP_SCALAR -- through memory)
+            constexpr int reg = detail::kRegBytes;
+            if constexpr (sizeof(chunk_type) > sizeof(T) && (int)sizeof(chunk_type) <= reg) asm("" : "+x"(r.c[k]));
+            else asm("" : "+m"(r.c[k]));
+#else
+            asm("" : "+m"(r.c[k]));
+#endif
         }
         return r;
     }

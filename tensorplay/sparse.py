@@ -40,8 +40,8 @@ def _masked(fn, input, dim):
     if not isinstance(input, Tensor) or not input.is_sparse:
         raise TypeError(f"tp.sparse.{fn}: expected a sparse COO tensor")
     x = input.coalesce()
-    mask = _wrap(torch.zeros(x.shape, dtype=torch.bool).index_put_(tuple(x._data.indices()),
-                                                                     torch.tensor(True)))
+    mask = _wrap(torch.zeros(x.shape, dtype=torch.bool, device=x.device).index_put_(
+        tuple(x._data.indices()), torch.tensor(True, device=x.device)))
     dense = x.to_dense().masked_fill(~mask, float("-inf"))
     out = getattr(_ops, fn)(dense, dim)
     return out.masked_fill(~mask, 0.0)

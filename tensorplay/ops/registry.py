@@ -200,6 +200,8 @@ def _to_meta(t):
     if isinstance(t, Tensor):
         t = t._data
     if isinstance(t, torch.Tensor):
+        if t.layout != torch.strided:   # sparse: its meta keeps the layout (a sparse tensor's strides are 0s)
+            return torch.empty(t.shape, dtype=t.dtype, layout=t.layout, device="meta")
         mode = getattr(t, "fake_mode", None)
         if mode is not None:   # a symbolic fake tensor (dynamic=True): a fresh fake, no guard recorded
             with mode:

@@ -14,8 +14,9 @@ layouts and build sparse tensors:
   ``_indices`` / ``_values`` / ``_nnz`` (raw, no coalescing): not differentiable here;
 * ``sparse_coo_tensor(indices, values, size)``: a COO tensor from indices (2 x nnz) and values.
 
-Compiled programs (``tp.compile``) do not lower sparse tensors: a graph with one falls back to
-eager (``strict_native=True`` raises).
+Compiled programs (``tp.compile``) do not lower sparse tensors: a call with a sparse argument
+runs eagerly, and an op reading or making a sparse value inside a compiled graph is an ATen call
+(a fallback kernel); ``strict_native=True`` raises for either.
 """
 from __future__ import annotations
 
@@ -101,7 +102,8 @@ def sparse_coo_tensor(indices, values, size=None, *, dtype=None, device=None, re
     return out.requires_grad_() if requires_grad else out
 
 
-EXTRA_FUNCTIONS = {"sparse_coo_tensor": sparse_coo_tensor}
 register("spmm(Tensor self, Tensor mat2) -> Tensor", lambda self, mat2: torch.mm(self, mat2),
          backward=lambda ctx, g: OPS["mm"].backward(ctx, g), save=("self", "mat2"), tags=("linalg",), method=False,
          doc="mm with a sparse first operand (PyTorch's name; the same kernel as mm).")
+
+EXTRA_FUNCTIONS = {"sparse_coo_tensor": sparse_coo_tensor}

@@ -180,21 +180,19 @@ def sum_to_size(input, *size):
     if len(size) == 1 and isinstance(size[0], (list, tuple, torch.Size)):
         size = tuple(size[0])
     try:
-        torch.broadcast_shapes(tuple(size), tuple(input.shape))
+        expandable = torch.broadcast_shapes(tuple(size), tuple(input.shape)) == tuple(input.shape)
     except RuntimeError:
-        raise RuntimeError(f"tp.sum_to_size: size {list(size)} is not expandable to the tensor's size "
-                           f"{list(input.shape)}") from None
-    if torch.broadcast_shapes(tuple(size), tuple(input.shape)) != tuple(input.shape):
+        expandable = False
+    if not expandable:
         raise RuntimeError(f"tp.sum_to_size: size {list(size)} is not expandable to the tensor's size "
                            f"{list(input.shape)}")
     return sum_to(input, tuple(size))
 
 
-EXTRA_FUNCTIONS = {f.__name__: f for f in (ravel, mv, addmv, addr, conj, vdot, inner, true_divide, deg2rad, rad2deg,
-                                           sgn, allclose, equal, broadcast_shapes, broadcast_tensors, msort, dist,
-                                           split_with_sizes)}
-EXTRA_METHODS = {f.__name__: f for f in (ravel, mv, addmv, addr, conj, vdot, inner, true_divide, deg2rad, rad2deg,
-                                         sgn, allclose, equal, msort, dist, split_with_sizes, sum_to_size)}
+_BOTH = (ravel, mv, addmv, addr, conj, vdot, inner, true_divide, deg2rad, rad2deg, sgn, allclose, equal, msort, dist,
+         split_with_sizes)     # free functions and Tensor methods
+EXTRA_FUNCTIONS = {f.__name__: f for f in _BOTH + (broadcast_shapes, broadcast_tensors)}
+EXTRA_METHODS = {f.__name__: f for f in _BOTH + (sum_to_size,)}
 EXTRA_METHODS["H"] = property(lambda self: conj(self).transpose(0, 1) if self.dim() == 2 else conj(self))
 EXTRA_METHODS["mH"] = property(lambda self: conj(self).transpose(-2, -1))
 EXTRA_METHODS["is_conj"] = lambda self: self._data.is_conj()

@@ -117,6 +117,9 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=DE
     states = torch.empty((B, H, nq, nk), dtype=torch.int8, device=device)
     kv = _wrap(torch.arange(KV_LEN, device=device).view(1, 1, 1, KV_LEN))
     pad = nk * bk - KV_LEN
+    valid = torch.ones(nk, bk, dtype=torch.bool, device=device)     # in-range key positions per block
+    if pad:
+        valid[-1, bk - pad:] = False
     for i in range(nq):
         q0, q1 = i * bq, min((i + 1) * bq, Q_LEN)
         m = eval_mask(mask_mod, B, H, q0, q1, kv, device)
@@ -124,9 +127,6 @@ def create_block_mask(mask_mod, B, H, Q_LEN, KV_LEN, device="cpu", BLOCK_SIZE=DE
             m = torch.cat([m, m.new_zeros(B, H, q1 - q0, pad)], -1)
         tiles = m.reshape(B, H, q1 - q0, nk, bk)
         any_ = tiles.any(-1).any(2)
-        valid = torch.ones(nk, bk, dtype=torch.bool, device=device)
-        if pad:
-            valid[-1, bk - pad:] = False
         all_ = (tiles | ~valid).all(-1).all(2)
         states[:, :, i] = torch.where(all_, FULL, torch.where(any_, PARTIAL, EMPTY)).to(torch.int8)
     return BlockMask(states, (Q_LEN, KV_LEN), (bq, bk), mask_mod)

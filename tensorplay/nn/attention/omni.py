@@ -118,6 +118,7 @@ def omni_attention(query, key, value, score_mod=None, block_mask: BlockMask | No
             lses.append(_wrap(torch.full((B, H, q1 - q0), float("-inf"), dtype=acc_dtype, device=device)))
             continue
         qi = query[:, :, q0:q1]
+        b_i, h_i, q_i, _ = index_grid(B, H, q0, q1, 1, device)    # score_mod's indices of these rows
         m_run = l_run = a_run = None
         for blocks in _chunks(cols, max(1, KV_TILE // bk)):
             pos, contiguous = _positions(blocks, bk, S, device)
@@ -129,7 +130,6 @@ def omni_attention(query, key, value, score_mod=None, block_mask: BlockMask | No
             s = qi.matmul(ks.transpose(-2, -1)).to(acc_dtype) * sc
             kv_idx = _wrap(pos.view(1, 1, 1, -1))
             if score_mod is not None:
-                b_i, h_i, q_i, _ = index_grid(B, H, q0, q1, 1, device)
                 s = score_mod(s, b_i, h_i, q_i, kv_idx)
             if bool((row[:, blocks] != FULL).any()):     # a partial block (for some batch / head): mask it
                 keep = eval_mask(mask_mod, mb, mh, q0, q1, kv_idx, device)

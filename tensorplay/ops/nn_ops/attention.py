@@ -103,10 +103,10 @@ def _like_input(g, x):
     v split from one projection) the dense (B, L, H, E) layout; contiguous otherwise."""
     if x.dim() == 4 and x.stride(-1) == 1 and x.stride(1) < x.stride(2) and not _dense(x):
         return _blhe(g)
-    ref = torch.empty_like(x) if _dense(x) else torch.empty(x.shape, dtype=x.dtype, device=x.device)
-    if g.stride() == ref.stride():
+    want = x.stride() if _dense(x) else torch.empty(x.shape, device="meta").stride()
+    if g.stride() == want:
         return g
-    return ref.copy_(g)
+    return torch.empty_strided(x.shape, want, dtype=x.dtype, device=x.device).copy_(g)
 
 
 def _dense(x) -> bool:

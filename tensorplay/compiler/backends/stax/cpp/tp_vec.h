@@ -30,7 +30,7 @@ template <> struct int_of<4> { using type = int32_t; };
 template <> struct int_of<8> { using type = int64_t; };
 
 // Register layout of kLanes lanes of T: `count` native vectors of `bytes` bytes each.
-//: the widest SIMD register of the target (bytes): what one asm operand can hold
+// the widest SIMD register of the target (bytes): what one asm operand can hold
 #if defined(__AVX512F__)
 constexpr int kRegBytes = 64;
 #elif defined(__AVX__)

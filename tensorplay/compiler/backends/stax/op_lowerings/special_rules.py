@@ -92,12 +92,16 @@ def _real_only(name, f):
     return rule
 
 
+def _odd(x, r):
+    """An odd function's value from ``r = f(|x|)``: -r below 0, x itself at ±0 (its sign kept), r
+    otherwise (NaN stays NaN)."""
+    return ops.where(ops.lt(x, _c(0)), ops.neg(r), ops.where(ops.eq(x, _c(0)), x, r))
+
+
 def _asinh(x):
     a = ops.abs(x)
     small = ops.log1p(ops.add(a, ops.mul(a, ops.truediv(a, ops.add(_c(1), ops.hypot(_c(1), a))))))
-    r = ops.where(ops.gt(a, _c(_BIG)), ops.add(ops.log(a), _c(math.log(2.0))), small)
-    # sign(x) * r keeps -0.0 and NaN (sign(NaN) * r is NaN)
-    return ops.where(ops.lt(x, _c(0)), ops.neg(r), ops.where(ops.eq(x, _c(0)), x, r))
+    return _odd(x, ops.where(ops.gt(a, _c(_BIG)), ops.add(ops.log(a), _c(math.log(2.0))), small))
 
 
 def _acosh(x):
@@ -109,8 +113,7 @@ def _acosh(x):
 
 def _atanh(x):
     a = ops.abs(x)
-    r = ops.mul(ops.log1p(ops.truediv(ops.mul(a, _c(2)), ops.sub(_c(1), a))), _c(0.5))
-    return ops.where(ops.lt(x, _c(0)), ops.neg(r), ops.where(ops.eq(x, _c(0)), x, r))
+    return _odd(x, ops.mul(ops.log1p(ops.truediv(ops.mul(a, _c(2)), ops.sub(_c(1), a))), _c(0.5)))
 
 
 register_lowering("asinh")(_real_only("asinh", _asinh))

@@ -18,7 +18,12 @@ The model: one call = max(host latency to the last launch, host latency to the f
 kernel time); a variant loses a synchronised single-call comparison by its extra ``to kernel``
 even when its kernel is as fast.
 
-    python benchmarks/launch_latency.py [--repeats 9] [--number 20] [--json PATH]
+``--pieces`` also times each piece of the host path of ``tp.compile``'s ``x + 1`` on 8 elements
+on its own (µs per call, the best of 5 ``timeit`` repeats): the front end, the wrapper's
+``call(args)``, the output's allocation (``torch.empty_strided`` against the wrapper's allocator),
+the kernel's launcher, Triton's C launcher with tensors and with data pointers, the stream look-up.
+
+    python benchmarks/launch_latency.py [--repeats 9] [--number 20] [--json PATH] [--pieces]
 """
 from __future__ import annotations
 
@@ -108,12 +113,57 @@ def _host_profile(number=300):
     pstats.Stats(pr).sort_stats("tottime").print_stats(18)
 
 
+def _pieces(number=20000):
+    """µs per call of each piece of the host path of a compiled ``x + 1`` on 8 float32."""
+    import timeit
+
+    from tensorplay.compiler.backends.stax.runtime import allocator
+    xt = torch.randn(8, device="cuda")
+    xp = tp.from_torch(xt)
+    cf = tp.compile(lambda x: x + 1, strict_native=True)
+    for _ in range(3):
+        cf(xp)
+    mod = cf._cache[0].artifact.module
+    launch = mod.__dict__["_kernel0_launch"]
+    out = torch.empty(8, device="cuda")
+    (run, function, middle, blocks, _), = launch.compiled.values()
+    stream = torch._C._cuda_getCurrentRawStream
+    pa, pb = xt.data_ptr(), out.data_ptr()
+    dev = torch.device("cuda:0")
+    fast = allocator("cuda:0")
+    wrap = tp.from_torch
+    pieces = {
+        "torch eager x + 1": lambda: xt + 1,
+        "tp eager x + 1": lambda: xp + 1,
+        "tp.compile call (first-level entry)": lambda: cf(xp),
+        "wrapper call(args)": lambda: mod.call([xt]),
+        "torch.empty_strided(device=)": lambda: torch.empty_strided((8,), (1,), dtype=torch.float32, device=dev),
+        "runtime.allocator('cuda:0')": lambda: fast((8,), (1,), torch.float32),
+        "Launcher(8, x, out)": lambda: launch(8, xt, out),
+        "C launcher, tensors": lambda: run(1, 1, 1, stream(0), function, *middle, xt, out, *blocks),
+        "C launcher, data pointers": lambda: run(1, 1, 1, stream(0), function, *middle, pa, pb, *blocks),
+        "current raw stream": lambda: stream(0),
+        "x.data_ptr()": lambda: xt.data_ptr(),
+        "wrap an output (tp.from_torch)": lambda: wrap(out),
+    }
+    print(f"\nhost path pieces, x + 1 on 8 float32 (µs per call, best of 5 x {number}):")
+    for name, f in pieces.items():
+        f()
+        torch.cuda.synchronize()
+        best = min(timeit.repeat(f, number=number, repeat=5)) / number * 1e6
+        torch.cuda.synchronize()
+        print(f"  {name:40} {best:7.2f}")
+
+
 def main(argv=None):
     p = argparse.ArgumentParser()
     p.add_argument("--repeats", type=int, default=9)
     p.add_argument("--number", type=int, default=20)
     p.add_argument("--json", default=None)
+    p.add_argument("--pieces", action="store_true", help="time each piece of the compiled call's host path")
     a = p.parse_args(argv)
+    if a.pieces:
+        _pieces()
     rows, compiled = [], []
     for case, (fn, shape) in _cases().items():
         vs = _variants(fn, shape, compiled)

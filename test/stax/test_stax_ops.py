@@ -321,7 +321,7 @@ def test_dead_intermediate_buffers_are_kept_for_the_next_call(monkeypatch):
 
 
 def test_stash_refuses_buffers_something_else_can_see():
-    from tensorplay.compiler.backends.stax.runtime import stash, take
+    from tensorplay.compiler.backends.stax.runtime import allocator, stash, take
     spare = {}
     a = torch.randn(10)
     stash(spare, "a", a)
@@ -333,8 +333,11 @@ def test_stash_refuses_buffers_something_else_can_see():
     alias = c                                         # another variable holds the tensor
     stash(spare, "c", c)
     assert spare == {} and view.shape == (8,) and alias is c
-    t = take(spare, "d", (2, 3), (1, 2), torch.float64)
+    t = take(spare, "d", allocator("cpu"), (2, 3), (1, 2), torch.float64)
     assert t.shape == (2, 3) and t.stride() == (1, 2) and t.dtype == torch.float64
+    kept = torch.randn(2, 3)
+    spare["e"] = kept                                 # a stashed buffer of the same layout is reused
+    assert take(spare, "e", allocator("cpu"), (2, 3), (3, 1), torch.float32) is kept
 
 
 def test_cache_dir_holds_readable_wrappers_experiment_2(tmp_path, monkeypatch):

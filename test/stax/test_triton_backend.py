@@ -471,8 +471,9 @@ class _FakeKernel:
 def test_launcher_launches_directly_after_the_first_call(monkeypatch, scratch):
     """The first launch of a specialisation goes through Triton's JIT; the next ones call the C
     launcher with Triton's argument layout (grid, stream, function, flags, scratch, metadata, hooks,
-    the kernel's arguments, then its constexpr blocks) -- or Triton's Python launcher when the kernel
-    needs scratch memory; a listening launch hook sends every launch back through the JIT."""
+    the kernel's arguments -- tensors as their data pointers -- then its constexpr blocks) -- or
+    Triton's Python launcher when the kernel needs scratch memory; a listening launch hook sends
+    every launch back through the JIT."""
     from triton import knobs
 
     from tensorplay.compiler.backends.stax.triton.runtime import Launcher
@@ -487,9 +488,10 @@ def test_launcher_launches_directly_after_the_first_call(monkeypatch, scratch):
     lz(1000, a, b, 1000)
     head = (8, 1, 1, 7, "fn")
     if scratch:
-        assert log == [("python launcher", head + ("meta", None, None, None, a, b, 1000, 128))]
+        assert log == [("python launcher", head + ("meta", None, None, None, a.data_ptr(), b.data_ptr(), 1000, 128))]
     else:
-        assert log == [("raw", head + (False, False, None, None, "meta", None, None, None, a, b, 1000, 128))]
+        assert log == [("raw", head + (False, False, None, None, "meta", None, None, None, a.data_ptr(), b.data_ptr(),
+                                       1000, 128))]
     log.clear()
     lz(1000, a[1:], b, 1000)          # another specialisation (an unaligned input): the JIT again
     assert log and log[0][0] == "jit"

@@ -22,8 +22,8 @@ calls into ATen) and hands every run of consecutive Stax kernels to C++ at once:
         args.clear()
         if arg0.size() != (8,) or arg0.stride() != (1,):
             assert_size_stride(arg0, (8, ), (1, ), 0, 'arg0')          # raises, naming the input
-        buf0 = _empty((8, ), (1, ), dtype=torch.float32)
-        buf1 = _empty((8, ), (1, ), dtype=torch.float32)
+        buf0 = _empty((8, ), (1, ), torch.float32)
+        buf1 = _empty((8, ), (1, ), torch.float32)
         _call(_entry0, arg0.data_ptr(), buf0.data_ptr(), buf1.data_ptr())   # ONE foreign call
         del arg0, buf0
         return (buf1, )
@@ -178,12 +178,12 @@ def generate_cpp_wrapper(graph, sched, kernels, backend) -> tuple[str, set]:
          'unit; each run of kernels between extern calls is one foreign call."""',
          "import torch",
          "from tensorplay.ops.registry import OPS",
-         "from tensorplay.compiler.backends.stax.runtime import assert_size_stride, reinterpret, as_layout",
+         "from tensorplay.compiler.backends.stax.runtime import assert_size_stride, reinterpret, as_layout, allocator",
          "from tensorplay.compiler.backends.stax.cpp.async_compile import AsyncCompile",
          "from tensorplay.compiler.backends.stax.cpp.call import submit_call_extension, bind_entries",
          "async_compile = AsyncCompile()",
          "constants = {}",
-         "_empty = torch.empty_strided",
+         "_empty = allocator('cpu')",
          "",
          "graph_lib = async_compile.cpp_library(r'''",
          "\n\n".join(tu),

@@ -16,6 +16,8 @@ stream::
         if xnumel > 0:
             _kernel0_launch(xnumel, arg0, buf0, s0, xnumel)
 
+(with static sizes ``kernel0 = partial(_kernel0_launch, 16384)``: the launcher with its numel bound)
+
 (``Launcher``: Triton's JIT at the first call of each argument specialisation, the compiled
 kernel launched directly after it, its grid from the numel and its XBLOCK; under ``max-autotune``
 ``Launcher(..., tune="both")`` searches the launch configuration first; in the interpreter
@@ -88,7 +90,8 @@ class TritonBackend(DeviceBackend):
     def wrapper_imports(self):
         lines = ["from tensorplay.compiler.backends.stax.triton.runtime import load_kernel, cdiv, checked_launch, Launcher"]
         if not self.interpret:
-            lines += ["from tensorplay.compiler.backends.stax.triton.runtime import precompile",
+            lines += ["from functools import partial",
+                      "from tensorplay.compiler.backends.stax.triton.runtime import precompile",
                       "_precompile = []   # kernels compiled in parallel when this module is imported (wait())"]
         return lines
 
@@ -155,7 +158,11 @@ class TritonBackend(DeviceBackend):
                 lines.insert(2, job)
             numel = f"({ytext}, {xtext})" if "YBLOCK" in cfg else xtext
             call = f"_{name}_launch({numel}, {', '.join(args + grid_args)})"
-        if xn.is_Integer and yn.is_Integer:
+        if xn.is_Integer and yn.is_Integer and not self.interpret and int(xn) * int(yn) > 0:
+            # static sizes: the launcher with its numel bound (functools.partial: no Python frame
+            # between the wrapper's call and the launch)
+            lines[lines.index(f"def {name}({', '.join(args)}):")] = f"{name} = partial(_{name}_launch, {numel})"
+        elif xn.is_Integer and yn.is_Integer:
             lines.append(f"    {call}" if int(xn) * int(yn) > 0 else "    pass   # no elements")
         else:
             lines += [f"    if {xtext} * {ytext} > 0:", f"        {call}"]

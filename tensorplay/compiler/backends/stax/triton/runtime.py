@@ -120,14 +120,6 @@ def checked_launch(kernel, grid, *args, **config):
         interpreter_builder.options = prev
 
 
-def _spec(a):
-    """What Triton specialises a kernel argument on (runtime/jit.py's binder): a tensor by the
-    16-byte alignment of its data, an int by ``== 1``, divisibility by 16 and its width."""
-    if isinstance(a, int):
-        return (a == 1, a % 16 == 0, -2 ** 31 <= a < 2 ** 31)
-    return a.data_ptr() % 16 == 0
-
-
 def _hooked(hook) -> bool:
     """Whether a launch hook listens: Triton 3.6's knobs hold a ``HookChain`` that is never None (a
     chain without calls is silent), earlier ones a function or None."""
@@ -191,14 +183,32 @@ class Launcher:
         return cdiv(numel, cfg["XBLOCK"])
 
     def __call__(self, xnumel, *args):
-        key = tuple(map(_spec, args))
+        # One pass: each tensor's data pointer (an int: the C launcher then neither calls data_ptr()
+        # again nor asks the driver about the pointer) and the specialisation key -- what Triton's
+        # binder (runtime/jit.py) specialises on: a pointer's 16-byte alignment, an int's == 1,
+        # divisibility by 16 and width.
+        vals, key = [], []
+        for a in args:
+            c = a.__class__
+            if c is int:
+                vals.append(a)
+                key.append((a == 1, a % 16 == 0, -2147483648 <= a < 2147483648))
+            elif c is float or c is bool or a is None:
+                vals.append(a)
+                key.append(c)
+            else:
+                p = a.data_ptr()
+                vals.append(p)
+                key.append(p % 16 == 0)
+        key = tuple(key)
         hit = self.compiled.get(key)
-        if hit is None or _hooked(self._knobs.launch_enter_hook):
+        hook = None if hit is None else self._knobs.launch_enter_hook
+        if hit is None or (hook is not None and getattr(hook, "calls", True)):    # (_hooked, inline)
             return self._jit_launch(xnumel, args, key if hit is None else None)
         run, function, middle, blocks, xblock = hit
         grid = self.grid if self.grid is not None else \
             (-(-xnumel // xblock) if xnumel.__class__ is int else self._grid(xnumel, self.config))
-        run(grid, 1, 1, self._stream(self._device), function, *middle, *args, *blocks)
+        run(grid, 1, 1, self._stream(self._device), function, *middle, *vals, *blocks)
 
     def _jit_launch(self, xnumel, args, first):
         """A launch through Triton's JIT: the first of a specialisation (``first``: its key; tuned

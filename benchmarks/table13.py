@@ -59,7 +59,7 @@ variants' readings, medians and CIs in ms, the ratios, bandwidths in GB/s; and t
 rounds) to PATH.
 
     python benchmarks/table13.py [--repeats 15] [--quick] [--steady] [--no-torch-compile] [--cases ex1.1,ex7.1]
-                                 [--device cpu|cuda] [--json PATH]
+                                 [--device cpu|cuda] [--json PATH] [--number N]
 """
 from __future__ import annotations
 
@@ -92,6 +92,9 @@ def main(argv=None):
     p.add_argument("--device", default="cpu", choices=sorted(SIZES),
                    help="where the inputs live and every variant runs (cuda: larger sizes, CUDA-event timing)")
     p.add_argument("--json", metavar="PATH", help="also write the table's numbers to PATH as JSON")
+    p.add_argument("--number", type=int, default=1,
+                   help="calls per reading, back to back (cuda: device time per call without the fixed latency "
+                        "of one launch after a synchronisation)")
     a = p.parse_args(argv)
     cuda = a.device == "cuda"
     if cuda and a.steady:
@@ -108,14 +111,15 @@ def main(argv=None):
         want = [c.strip() for c in a.cases.split(",")]
         table = {k: v for k, v in table.items() if any(k.startswith(w) for w in want)}
     rounds = []   # bandwidth rounds, one before every case and one at the end
-    probe_round = cuda_bandwidth_round if cuda else bandwidth_round
+    probe_round = (lambda: cuda_bandwidth_round(number=a.number)) if cuda else bandwidth_round
     cache = cuda_l2_bytes() if cuda else last_level_cache_bytes()
     print(f"machine: {machine_description(a.device)}")
     print("allocation: " + ("device outputs from PyTorch's CUDA caching allocator (freed blocks are reused)" if cuda
                             else "steady state (freed memory stays mapped: MALLOC_MMAP_MAX_=0)" if a.steady else
                             "fresh outputs (default glibc policy: large buffers are mmap-ed and page-faulted)"))
     print(f"{a.repeats} interleaved readings after {a.warmup} warm-up calls; times in ms, median [95% CI]"
-          + ("; every reading timed by CUDA events around the call, after a synchronisation" if cuda else "") + "\n")
+          + (f"; every reading timed by CUDA events around {a.number} call(s) back to back, after a synchronisation"
+             if cuda else "") + "\n")
     results = []
     g = torch.Generator(device=a.device).manual_seed(0)
     for name, (fn, shapes, eager_elems) in table.items():
@@ -146,7 +150,7 @@ def main(argv=None):
         if probe:
             variants["B probe"] = lambda: bw_x.sum(-1)
         r = compare(variants, repeats=a.repeats, warmup=a.warmup, before=None if cuda else {"B probe": evict_caches},
-                    device=a.device)
+                    device=a.device, number=a.number)
         results.append(_case_result(name, shapes, r, eager_elems * 4, comp_bytes, compile_s, error,
                                     bw_x.numel() * 4 if probe else None))
         del cf, variants
@@ -204,7 +208,7 @@ def main(argv=None):
         else:
             bw.update(back_to_back_round_medians_GBps=[x / 1e9 for x in second], probe_bytes=probe_tensor().numel() * 4)
         doc = {"machine": machine_description(a.device), "device": a.device, "repeats": a.repeats,
-               "warmup": a.warmup, "quick": a.quick, "steady": a.steady, "torch_compile": not a.no_torch_compile,
+               "warmup": a.warmup, "number": a.number, "quick": a.quick, "steady": a.steady, "torch_compile": not a.no_torch_compile,
                "sizes": dict(zip(("R", "C", "SR", "SC"), (n // scale for n in SIZES[a.device]))),
                "times": "ms", "bandwidth": bw, "cases": results}
         with open(a.json, "w") as f:

@@ -159,15 +159,15 @@ def cuda_probe_tensors():
     return _CUDA[0], _CUDA[1]
 
 
-def cuda_bandwidth_round(readings=7) -> tuple:
+def cuda_bandwidth_round(readings=7, number=1) -> tuple:
     """One round of the GPU's probes, timed with CUDA events (``compare(device="cuda")``): the row
     sum of ``x`` (B: the device's read bandwidth) and ``y.copy_(x)`` (read + write), ``readings``
-    readings of each, interleaved, after one warm-up call.  Nothing is evicted: ``x`` is at least
+    readings of ``number`` back-to-back calls each, interleaved, after one warm-up call.  Nothing is evicted: ``x`` is at least
     16x the L2.  Returns (bytes per second of the median read, of the median copy)."""
     from .benchmark import compare
     x, y = cuda_probe_tensors()
     r = compare({"read": lambda: x.sum(-1), "copy": lambda: y.copy_(x)}, repeats=readings, warmup=1,
-                device="cuda")
+                device="cuda", number=number)
     n = x.numel() * 4
     return n / r["read"].median, 2 * n / r["copy"].median
 
